@@ -1,0 +1,54 @@
+"""What a kind contributes to the generic store: small, pure, synchronous hooks.
+
+The generic store (``nodus.api.store``) owns the order of a write: system metadata, prepare,
+validate, admit, store, emit. A kind fills in these hooks and nothing else. Preparers mutate and
+never raise; validators never mutate and return every problem at once as field errors.
+
+Objects are plain JSON dictionaries (``{"apiVersion", "kind", "metadata", "spec", "status"}``)
+throughout; a kind may decode them into typed models inside its hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodus.apimachinery.fieldpath import FieldError
+
+Object = dict[str, Any]
+
+
+class Strategy:
+    """Defaults for a kind with a spec and a status written through ``/status``."""
+
+    def prepare_for_create(self, obj: Object) -> None:
+        """Canonicalise aliases, apply defaults and drop what a client may not set (``status``)."""
+        obj.pop("status", None)
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        """The main path may not change status: the old status is carried over."""
+        if "status" in old:
+            new["status"] = old["status"]
+        else:
+            new.pop("status", None)
+
+    def validate(self, obj: Object) -> list[FieldError]:
+        """Every problem with a new object, structural and semantic, each naming its field."""
+        return []
+
+    def validate_update(self, new: Object, old: Object) -> list[FieldError]:
+        """Every problem with an update: the object's own rules plus immutability and transitions."""
+        return self.validate(new)
+
+    def warnings_on_create(self, obj: Object) -> list[str]:
+        return []
+
+    def warnings_on_update(self, new: Object, old: Object) -> list[str]:
+        return []
+
+    def validate_status(self, obj: Object) -> list[FieldError]:
+        """Every problem with a status written through ``/status`` (the rest is the old object's)."""
+        return []
+
+    def spec_changed(self, new: Object, old: Object) -> bool:
+        """Whether ``metadata.generation`` moves: only a change of the desired state counts."""
+        return new.get("spec") != old.get("spec")

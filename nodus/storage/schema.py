@@ -1,0 +1,76 @@
+"""The relational schema: one generic object table, the watch log, and the resourceVersion counter.
+
+Bodies are stored as JSON *text* exactly as they are served, so a GET or LIST returns stored bytes
+without decoding and re-encoding them; the columns beside the body (labels, phase, owners, deletion)
+are the only parts SQL looks into.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+# Constraint names are deterministic so that Alembic migrations can refer to them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+objects = sa.Table(
+    "objects",
+    metadata,
+    sa.Column("kind", sa.Text, nullable=False),
+    # The project for namespaced kinds; '' for cluster-scoped kinds.
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("uid", sa.Text, nullable=False),
+    sa.Column("rv", sa.BigInteger, nullable=False),
+    sa.Column("labels", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("phase", sa.Text, nullable=True),
+    sa.Column("owner_uids", pg.ARRAY(sa.Text), nullable=False, server_default=sa.text("'{}'")),
+    sa.Column("deleting", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("kind", "namespace", "name"),
+    sa.UniqueConstraint("uid"),
+    sa.Index(None, "owner_uids", postgresql_using="gin"),
+    sa.Index(None, "labels", postgresql_using="gin"),
+    sa.Index(None, "kind", "deleting", postgresql_where=sa.text("deleting")),
+)
+
+# The watch log: one row per write, appended in the writing transaction, in resourceVersion order.
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("rv", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),  # ADDED, MODIFIED, DELETED
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("labels", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("phase", sa.Text, nullable=True),
+    # The object before this write (MODIFIED, DELETED): lets a watch with a selector see an object
+    # leave it, and lets a paged list rebuild the state at an older resourceVersion.
+    sa.Column("prev_body", sa.Text, nullable=True),
+    sa.Column("prev_labels", pg.JSONB, nullable=True),
+    sa.Column("prev_phase", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Index(None, "kind", "namespace", "name", "rv"),
+    sa.Index(None, "created_at"),
+)
+
+# Single-row counters: 'rv' (the last resourceVersion handed out) and 'compacted_rv' (every event at
+# or below it has been removed from the log; a watch or continue token from before it gets 410).
+counters = sa.Table(
+    "counters",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+NOTIFY_CHANNEL = "nodus_events"

@@ -1,0 +1,230 @@
+"""The watch cache: one LISTEN connection per process, a ring buffer of events, many cursors.
+
+Every write appends an event row and NOTIFYs in its transaction. This process's pump wakes on the
+notification (or a periodic poll, in case one is lost), reads the new rows in resourceVersion
+order, turns each into an :class:`Event` whose bytes are serialised at most once whatever the
+number of watchers, appends it to the buffer and wakes the watchers. A watcher is only a cursor
+into the buffer: nothing is copied per watcher, and a slow watcher costs no memory. A watcher
+whose cursor falls behind the buffer reads the log table instead; one behind the log's compaction
+point gets Expired (410).
+
+Commit order equals resourceVersion order (see ``committing``), so reading ``rv > head`` after a
+notification can never skip an event that commits later with a lower version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from nodus.storage.errors import Expired
+from nodus.storage.schema import NOTIFY_CHANNEL
+
+log = logging.getLogger(__name__)
+
+_READ = """
+SELECT rv, kind, namespace, name, type, body, labels, phase, prev_labels, prev_phase
+FROM events WHERE rv > $1 AND rv <= $2 ORDER BY rv LIMIT $3
+"""
+
+
+@dataclass(slots=True, eq=False)
+class Event:
+    """One committed write, shared read-only by every watcher."""
+
+    rv: int
+    type: str
+    kind: str
+    namespace: str
+    name: str
+    body: bytes
+    labels: dict[str, str]
+    phase: str | None
+    prev_labels: dict[str, str] | None
+    prev_phase: str | None
+    _object: dict[str, Any] | None = None
+    _line: bytes | None = None
+
+    def object(self) -> dict[str, Any]:
+        """The object, decoded once. Callers must not mutate it."""
+        if self._object is None:
+            self._object = orjson.loads(self.body)
+        return self._object
+
+    def line(self) -> bytes:
+        """The watch event as a JSON line, serialised once."""
+        if self._line is None:
+            self._line = b'{"type":"' + self.type.encode() + b'","object":' + self.body + b"}\n"
+        return self._line
+
+
+def _event(record: asyncpg.Record) -> Event:
+    return Event(
+        rv=record["rv"], type=record["type"], kind=record["kind"], namespace=record["namespace"],
+        name=record["name"], body=record["body"].encode(), labels=record["labels"],
+        phase=record["phase"], prev_labels=record["prev_labels"],
+        prev_phase=record["prev_phase"],
+    )  # fmt: skip
+
+
+ConnectionFactory = Callable[[], Any]
+
+
+class WatchCache:
+    """See the module docstring. ``head`` is the newest resourceVersion every cursor can reach."""
+
+    def __init__(
+        self,
+        dsn: str,
+        connection: ConnectionFactory,
+        capacity: int = 20_000,
+        poll_interval: float = 1.0,
+        read_batch: int = 1000,
+    ) -> None:
+        self._dsn = dsn
+        self._connection = connection
+        self._capacity = capacity
+        self._poll_interval = poll_interval
+        self._read_batch = read_batch
+        self._events: list[Event] = []
+        self._rvs: list[int] = []
+        self._start_rv = 0  # every event above this is in the buffer or not yet read
+        self.head = 0
+        self._wake = asyncio.Event()
+        self._changed: asyncio.Future[None] | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.events_read = 0
+
+    async def start(self) -> None:
+        self._changed = asyncio.get_running_loop().create_future()
+        await self._listen()
+        # Read the head only once listening, so that nothing committed in between is missed.
+        async with self._connection() as conn:
+            self.head = await conn.fetchval("SELECT value FROM counters WHERE key = 'rv'")
+        self._start_rv = self.head
+        self._task = asyncio.get_running_loop().create_task(self._pump(), name="nodus-watch-pump")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+        if self._changed is not None:
+            self._changed.cancel()
+
+    async def _listen(self) -> None:
+        self._listener = await asyncpg.connect(self._dsn, server_settings={"application_name": "nodus-watch"})
+        await self._listener.add_listener(NOTIFY_CHANNEL, self._on_notify)
+
+    def _on_notify(self, *_: Any) -> None:
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+            self._wake.clear()
+            try:
+                if self._listener is None or self._listener.is_closed():
+                    await self._listen()
+                await self._read_new()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("watch cache could not read the event log; retrying")
+                self._listener = None
+                await asyncio.sleep(self._poll_interval)
+
+    async def _read_new(self) -> None:
+        async with self._connection() as conn:
+            while True:
+                records = await conn.fetch(_READ, self.head, 2**62, self._read_batch)
+                if not records:
+                    return
+                for record in records:
+                    event = _event(record)
+                    self._events.append(event)
+                    self._rvs.append(event.rv)
+                self.head = self._rvs[-1]
+                self.events_read += len(records)
+                self._trim()
+                self._signal()
+                if len(records) < self._read_batch:
+                    return
+
+    def _trim(self) -> None:
+        excess = len(self._events) - self._capacity
+        if excess > self._capacity // 4:  # trim in steps, not on every event
+            self._start_rv = self._rvs[excess - 1]
+            del self._events[:excess]
+            del self._rvs[:excess]
+
+    def _signal(self) -> None:
+        changed = self._changed
+        self._changed = asyncio.get_running_loop().create_future()
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    async def wait_for_head(self, rv: int, timeout: float) -> bool:
+        """Wait until the cache has read up to ``rv``; False if it has not within ``timeout``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.head < rv:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            self._wake.set()
+            assert self._changed is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._changed), min(remaining, 0.05))
+        return True
+
+    async def _read_log(self, after: int, upto: int) -> list[Event]:
+        async with self._connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            compacted = await conn.fetchval("SELECT value FROM counters WHERE key = 'compacted_rv'")
+            if after < compacted:
+                raise Expired(after, compacted)
+            records = await conn.fetch(_READ, after, upto, self._read_batch)
+        return [_event(r) for r in records]
+
+    async def check(self, after: int) -> None:
+        """Raise Expired now if a watch from ``after`` could not be served."""
+        if after < self._start_rv:
+            await self._read_log(after, after)
+
+    async def stream(self, after: int, idle: float) -> AsyncIterator[Event | None]:
+        """Every event above ``after``, in order, forever. Yields None after ``idle`` seconds without
+        events, once caught up, so the caller can send bookmarks or end the watch."""
+        cursor = after
+        while True:
+            if cursor < self._start_rv:
+                upto = self._start_rv
+                events = await self._read_log(cursor, upto)
+                for event in events:
+                    yield event
+                    cursor = event.rv
+                if len(events) < self._read_batch:
+                    cursor = max(cursor, upto)
+                continue
+            index = bisect.bisect_right(self._rvs, cursor)
+            if index < len(self._events):
+                event = self._events[index]
+                cursor = event.rv
+                yield event
+                continue
+            assert self._changed is not None
+            try:
+                await asyncio.wait_for(asyncio.shield(self._changed), idle)
+            except TimeoutError:
+                yield None

@@ -36,6 +36,17 @@ WHERE key = 'compacted_rv'
 RETURNING value
 """
 
+_ORPHANS = """
+SELECT o.body, ARRAY(
+    SELECT u FROM unnest(o.owner_uids) AS u WHERE NOT EXISTS (SELECT 1 FROM objects p WHERE p.uid = u)
+) AS missing
+FROM objects o
+WHERE cardinality(o.owner_uids) > 0
+  AND EXISTS (
+    SELECT 1 FROM unnest(o.owner_uids) AS u WHERE NOT EXISTS (SELECT 1 FROM objects p WHERE p.uid = u)
+  )
+"""
+
 
 class Storage:
     """PostgreSQL-backed object storage for one process. ``start()`` before use, ``stop()`` after."""
@@ -115,6 +126,12 @@ class Storage:
         async with self._connection() as conn:
             bodies = await conn.fetch("SELECT body FROM objects WHERE deleting AND kind = ANY($1::text[])", kinds)
         return [orjson.loads(r["body"]) for r in bodies]
+
+    async def orphans(self) -> list[tuple[dict[str, Any], list[str]]]:
+        """Objects with ownerReferences to uids that no longer exist, with those missing uids."""
+        async with self._connection() as conn:
+            records = await conn.fetch(_ORPHANS)
+        return [(orjson.loads(r["body"]), list(r["missing"])) for r in records]
 
     async def names_containing(self, kind: str, document: Any) -> list[str]:
         """Names of cluster-scoped objects of ``kind`` whose body contains ``document`` (JSON @>)."""

@@ -32,7 +32,8 @@ class Params:
 def label_predicate(selector: LabelSelector, params: Params, column: str = "labels") -> list[str]:
     clauses = []
     for req in selector.requirements:
-        key = params.add(req.key)
+        uses_key = req.operator not in (Operator.EQUALS, Operator.NOT_EQUALS)
+        key = params.add(req.key) if uses_key else ""
         match req.operator:
             case Operator.EQUALS:
                 doc = params.add(orjson.dumps({req.key: req.values[0]}).decode())

@@ -199,9 +199,12 @@ class WatchCache:
         return [_event(r) for r in records]
 
     async def check(self, after: int) -> None:
-        """Raise Expired now if a watch from ``after`` could not be served."""
-        if after < self._start_rv:
-            await self._read_log(after, after)
+        """Raise Expired if a watch from ``after`` is older than the log's retention window, even when
+        this process still holds those events in memory: every server must answer alike."""
+        async with self._connection() as conn:
+            compacted = await conn.fetchval("SELECT value FROM counters WHERE key = 'compacted_rv'")
+        if after < compacted:
+            raise Expired(after, compacted)
 
     async def stream(self, after: int, idle: float) -> AsyncIterator[Event | None]:
         """Every event above ``after``, in order, forever. Yields None after ``idle`` seconds without

@@ -1,0 +1,124 @@
+"""The ASGI application: routes, the request-id and metrics middleware, and error rendering."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nodus.api import openapi
+from nodus.api.errors import APIError, internal
+from nodus.api.http import discovery, resources, system
+from nodus.api.http.responses import error_response, request_id
+from nodus.api.server import APIServer
+from nodus.storage.errors import StorageError
+
+log = logging.getLogger("nodus.api")
+
+
+class RequestMiddleware:
+    """Gives every request an id (``X-Request-Id``, logs, error bodies) and records metrics."""
+
+    def __init__(self, app: ASGIApp, server: APIServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = rid
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).append("X-Request-Id", rid)
+                verb, resource = state.get("metrics", (scope["method"].lower(), "-"))
+                metrics = self.server.metrics
+                metrics.requests.labels(verb, resource, str(message["status"])).inc()
+                metrics.latency.labels(verb, resource).observe(time.perf_counter() - started)
+            await send(message)
+
+        started_response = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started_response
+            if message["type"] == "http.response.start":
+                started_response = True
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:  # the last line of defence: a Status, never a stack trace
+            if started_response:
+                log.exception("request %s failed after its response started", rid)
+                return
+            response = await _unexpected(Request(scope, receive), exc)
+            await response(scope, receive, send_with_id)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return error_response(request, exc)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    rid = request_id(request)
+    if isinstance(exc, StorageError | OSError | TimeoutError):
+        log.error("request %s: storage unavailable: %s", rid, exc)
+        error = APIError("ServiceUnavailable", "the database is unavailable; the request was not applied",
+                         details={"retryAfterSeconds": 1}, headers={"Retry-After": "1"})  # fmt: skip
+        return error_response(request, error)
+    log.exception("request %s failed", rid)
+    return error_response(request, internal(rid))
+
+
+def create_app(server: APIServer) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, title="Nodus")
+    app.state.server = server
+    router: Any = app.router
+    for path, endpoint in (
+        ("/version", system.get_version),
+        ("/healthz", system.livez),
+        ("/livez", system.livez),
+        ("/readyz", system.readyz),
+        ("/metrics", system.metrics),
+        ("/docs/reasons", system.reasons_index),
+        ("/docs/reasons/{code}", system.reason_page),
+        ("/api", discovery.api_versions),
+        ("/api/v1", discovery.core_resources),
+        ("/apis", discovery.api_groups),
+        ("/apis/nodus.dev", discovery.api_group),
+        ("/apis/nodus.dev/v1", discovery.api_resources),
+        ("/openapi/v2", openapi.serve_v2),
+        ("/openapi/v3", openapi.serve_v3_index),
+        ("/openapi/v3/apis/nodus.dev/v1", openapi.serve_v3_group),
+    ):
+        router.add_route(path, endpoint, methods=["GET"])
+    router.add_route(
+        "/apis/nodus.dev/v1/{path:path}", resources.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
+    )
+    app.add_exception_handler(APIError, _api_error)
+    for unavailable in (StorageError, OSError, TimeoutError):
+        app.add_exception_handler(unavailable, _unexpected)
+    app.add_middleware(RequestMiddleware, server=server)
+    return app

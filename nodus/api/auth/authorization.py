@@ -1,0 +1,127 @@
+"""Who may do what: project roles, with ``system:masters`` as administrators.
+
+A Project's ``spec.members`` lists ``{name, role}``; ``name`` is a user name, or ``group:<group>``
+for everyone in a group. Roles are cumulative: **Viewer** may get, list and watch what the project
+holds; **Editor** may also create, update, patch and delete it; **Owner** may also update the
+Project itself (its members). Creating and deleting Projects, and writing any ``/status``, is for
+administrators (controllers run as administrators). A cluster-wide list or watch is narrowed to
+the projects the caller can read and reveals nothing about the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import IntEnum
+from typing import Any
+
+from nodus.api.auth.principal import Principal
+from nodus.api.errors import APIError
+from nodus.api.registry import GROUP, KindInfo
+
+READ_VERBS = frozenset({"get", "list", "watch"})
+
+
+class Role(IntEnum):
+    NONE = 0
+    VIEWER = 1
+    EDITOR = 2
+    OWNER = 3
+
+
+ROLE_NAMES = {"Viewer": Role.VIEWER, "Editor": Role.EDITOR, "Owner": Role.OWNER}
+
+ProjectLookup = Callable[[str], Awaitable[dict[str, Any] | None]]
+ProjectsForPrincipal = Callable[[Principal], Awaitable[list[str]]]
+
+
+def role_in(project: dict[str, Any] | None, principal: Principal) -> Role:
+    """The caller's strongest role among a Project's members."""
+    if project is None:
+        return Role.NONE
+    members = (project.get("spec") or {}).get("members") or []
+    best = Role.NONE
+    for member in members:
+        if not isinstance(member, dict):
+            continue
+        name = member.get("name")
+        matches = name == principal.user or (
+            isinstance(name, str) and name.startswith("group:") and name[len("group:") :] in principal.groups
+        )
+        if matches:
+            best = max(best, ROLE_NAMES.get(str(member.get("role")), Role.NONE))
+    return best
+
+
+def member_names(principal: Principal) -> list[str]:
+    """The ``spec.members[].name`` values that refer to this caller."""
+    return [principal.user, *(f"group:{g}" for g in principal.groups)]
+
+
+def forbidden(principal: Principal, verb: str, info: KindInfo, project: str | None, needed: str) -> APIError:
+    where = f' in project "{project}"' if project else " at the cluster scope"
+    sub = ""
+    if verb.endswith("/status"):
+        verb, sub = verb.split("/", 1)[0], "/status"
+    message = (
+        f'{info.plural}.{GROUP} is forbidden: User "{principal.user}" cannot {verb} resource '
+        f'"{info.plural}{sub}" in API group "{GROUP}"{where}'
+    )
+    return APIError("Forbidden", message, fix=needed, details={"group": GROUP, "kind": info.plural})
+
+
+class Authorizer:
+    """Decides each request; project documents are read through the injected lookups."""
+
+    def __init__(self, project: ProjectLookup, projects_for: ProjectsForPrincipal) -> None:
+        self._project = project
+        self._projects_for = projects_for
+
+    async def authorize(
+        self, principal: Principal, verb: str, info: KindInfo, namespace: str | None, name: str | None,
+        subresource: str = "",
+    ) -> None:  # fmt: skip
+        """Raise a 403 Status unless ``principal`` may do ``verb``. Cluster-wide reads are allowed
+        here and narrowed by :meth:`readable_projects`."""
+        if principal.is_admin:
+            return
+        shown_verb = f"{verb}/{subresource}" if subresource else verb
+        if subresource and verb not in READ_VERBS:
+            raise forbidden(principal, shown_verb, info, namespace or name,
+                            f"Only administrators (group system:masters) and Nodus controllers write {subresource}.")  # fmt: skip
+        if info.kind == "Project":
+            await self._authorize_project(principal, verb, info, name)
+            return
+        if namespace is None:
+            if verb in ("list", "watch"):
+                return
+            raise forbidden(principal, verb, info, None, "Name a project with -n <project>.")
+        if verb not in READ_VERBS and not info.user_writable:
+            raise forbidden(principal, verb, info, namespace,
+                            f"{info.kind} objects are written only by Nodus controllers; users may get, list and watch.")  # fmt: skip
+        needed = Role.VIEWER if verb in READ_VERBS else Role.EDITOR
+        role = role_in(await self._project(namespace), principal)
+        if role < needed:
+            raise forbidden(principal, verb, info, namespace, _ask(namespace, principal, needed))
+
+    async def _authorize_project(self, principal: Principal, verb: str, info: KindInfo, name: str | None) -> None:
+        if verb in ("list", "watch") and name is None:
+            return
+        if verb in ("create", "delete", "deletecollection"):
+            raise forbidden(principal, verb, info, name, "Only administrators create and delete projects.")
+        assert name is not None
+        needed = Role.VIEWER if verb in READ_VERBS else Role.OWNER
+        if role_in(await self._project(name), principal) < needed:
+            raise forbidden(principal, verb, info, name, _ask(name, principal, needed))
+
+    async def readable_projects(self, principal: Principal) -> list[str] | None:
+        """None when the caller may read every project; otherwise the projects it may read."""
+        if principal.is_admin:
+            return None
+        return await self._projects_for(principal)
+
+
+def _ask(project: str, principal: Principal, needed: Role) -> str:
+    return (
+        f'Ask an Owner of project "{project}" to add "{principal.user}" to spec.members with role '
+        f"{needed.name.title()} or higher (kubectl edit project {project})."
+    )

@@ -1,0 +1,24 @@
+"""What a request carries into the generic store besides its body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from nodus.api.auth.principal import Principal
+
+FieldValidation = Literal["Strict", "Warn", "Ignore"]
+
+
+@dataclass
+class RequestContext:
+    principal: Principal
+    request_id: str
+    field_manager: str
+    dry_run: bool = False
+    field_validation: FieldValidation = "Warn"
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)

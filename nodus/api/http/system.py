@@ -1,0 +1,76 @@
+"""Health, version, metrics and the reason docs pages."""
+
+from __future__ import annotations
+
+from html import escape
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+
+from nodus.api import reasons
+from nodus.api.errors import APIError
+from nodus.api.http.discovery import version
+from nodus.api.http.responses import respond
+from nodus.api.server import APIServer
+
+
+def get_version(_: Request) -> Response:
+    return respond(version())
+
+
+def livez(_: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def readyz(request: Request) -> Response:
+    server: APIServer = request.app.state.server
+    checks = {"storage": False, "watch-cache": server.ready}
+    try:
+        await server.storage.current_rv()
+        checks["storage"] = True
+    except Exception:  # any failure to reach the database means not ready
+        checks["storage"] = False
+    ok = all(checks.values())
+    if request.query_params.get("verbose") is not None or not ok:
+        lines = [f"[{'+' if good else '-'}]{name} {'ok' if good else 'failed'}" for name, good in checks.items()]
+        text = "\n".join(lines) + ("\nreadyz check passed\n" if ok else "\nreadyz check failed\n")
+        return PlainTextResponse(text, status_code=200 if ok else 503)
+    return PlainTextResponse("ok")
+
+
+def metrics(request: Request) -> Response:
+    server: APIServer = request.app.state.server
+    server.metrics.watch_cache_head.set(server.storage.watch_cache.head)
+    server.metrics.commit_batches.set(server.storage.committer.batches)
+    server.metrics.commit_writes.set(server.storage.committer.writes)
+    return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:46rem;margin:2rem auto;line-height:1.5}}
+code{{background:#f3f3f3;padding:0 .2rem}}</style></head><body>{body}</body></html>"""
+
+
+def reason_page(request: Request) -> Response:
+    code = request.path_params["code"]
+    try:
+        entry = reasons.reason(code)
+    except KeyError:
+        raise APIError("NotFound", f'no reason code "{code}" is registered',
+                       fix="See /docs/reasons for every code.") from None  # fmt: skip
+    body = (
+        f"<h1>{escape(entry.code)}</h1><p><strong>HTTP {entry.http_status}.</strong> {escape(entry.summary)}</p>"
+        f"<h2>What happened</h2><p>{escape(entry.explanation)}</p><h2>How to fix it</h2><p>{escape(entry.fix)}</p>"
+        '<p><a href="/docs/reasons">All reason codes</a></p>'
+    )
+    return HTMLResponse(_PAGE.format(title=f"{entry.code} - Nodus", body=body))
+
+
+def reasons_index(_: Request) -> Response:
+    items = "".join(
+        f'<li><a href="/docs/reasons/{escape(r.code)}">{escape(r.code)}</a> (HTTP {r.http_status}): '
+        f"{escape(r.summary)}</li>"
+        for r in reasons.all_reasons()
+    )
+    return HTMLResponse(_PAGE.format(title="Nodus reason codes", body=f"<h1>Reason codes</h1><ul>{items}</ul>"))

@@ -1,0 +1,108 @@
+"""Project: the tenant. It plays the role of a namespace: ``/namespaces/<project>/jobs``.
+
+Members and their roles decide who may do what in the project (see ``nodus.api.auth``). Deleting a
+project deletes everything it holds: the server puts the ``nodus.dev/project-contents`` finalizer
+on every project, and the garbage collector removes the project's objects before lifting it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from nodus.api.kinds.modeling import Model, validate_model
+from nodus.api.registry import KindInfo, PrinterColumn
+from nodus.api.strategy import Object, Strategy
+from nodus.apimachinery import fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+
+
+class ProjectMember(Model):
+    """ProjectMember grants one user (or ``group:<name>``) a role in the project."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Name is a user name, or group:<group> for every member of a group.",
+    )
+    role: Literal["Viewer", "Editor", "Owner"] = Field(
+        description="Role is Viewer (get, list, watch), Editor (also create, update, patch, delete) or Owner "
+        "(also manage the project's members)."
+    )
+
+
+class ProjectSpec(Model):
+    """ProjectSpec describes a project."""
+
+    display_name: str | None = Field(default=None, max_length=256, description="DisplayName is a human-readable name.")
+    members: list[ProjectMember] | None = Field(
+        default=None,
+        max_length=1000,
+        description="Members are the users and groups with a role in the project.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
+class ProjectStatus(Model):
+    """ProjectStatus is what Nodus observed about a project."""
+
+    phase: Literal["Active", "Terminating"] | None = Field(
+        default=None, description="Phase is Active, or Terminating while its contents are being deleted."
+    )
+
+
+class ProjectStrategy(Strategy):
+    def prepare_for_create(self, obj: Object) -> None:
+        super().prepare_for_create(obj)
+        obj.setdefault("spec", {})
+
+    def validate(self, obj: Object) -> list[FieldError]:
+        _, errors = validate_model(ProjectSpec, obj.get("spec", {}), Path("spec"))
+        members = (obj.get("spec") or {}).get("members")
+        if isinstance(members, list):
+            seen: set[str] = set()
+            for index, member in enumerate(members):
+                name = member.get("name") if isinstance(member, dict) else None
+                if isinstance(name, str):
+                    if name in seen:
+                        errors.append(fieldpath.duplicate(Path("spec", "members").index(index).child("name"), name))
+                    seen.add(name)
+        return errors
+
+    def validate_status(self, obj: Object) -> list[FieldError]:
+        _, errors = validate_model(ProjectStatus, obj.get("status", {}), Path("status"))
+        return errors
+
+
+def _member_count(obj: Object) -> int:
+    return len((obj.get("spec") or {}).get("members") or [])
+
+
+def _phase(obj: Object) -> str:
+    if obj.get("metadata", {}).get("deletionTimestamp"):
+        return "Terminating"
+    return str((obj.get("status") or {}).get("phase") or "Active")
+
+
+PROJECT = KindInfo(
+    kind="Project",
+    plural="projects",
+    singular="project",
+    namespaced=False,
+    description="Project is a tenant of Nodus: it holds Jobs and the other namespaced kinds, and its members' roles "
+    "decide who may read and write them. Deleting a project deletes everything it holds.",
+    spec_model=ProjectSpec,
+    status_model=ProjectStatus,
+    strategy=ProjectStrategy(),
+    printer_columns=(
+        PrinterColumn("Display Name", "string", ".spec.displayName", "DisplayName is a human-readable name."),
+        PrinterColumn("Members", "integer", ".spec.members", "How many members the project has.", value=_member_count),
+        PrinterColumn("Phase", "string", ".status.phase", "Active or Terminating.", value=_phase),
+        PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the project was created."),
+    ),
+    short_names=("proj",),
+    categories=("nodus",),
+    dns_label_names=True,
+    list_map_keys={"spec.members": ("name",)},
+)

@@ -1,0 +1,63 @@
+"""One API server process: storage, the kinds it serves, authentication and authorisation."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nodus.api import bootstrap
+from nodus.api.auth.authorization import Authorizer, member_names
+from nodus.api.auth.principal import Principal
+from nodus.api.auth.tokens import TokenAuthenticator
+from nodus.api.garbagecollection import GarbageCollector
+from nodus.api.kinds import catalog
+from nodus.api.metrics import Metrics
+from nodus.api.registry import Registry
+from nodus.api.settings import ServerSettings
+from nodus.api.store import GenericStore
+from nodus.storage.errors import Key
+from nodus.storage.objects import Storage
+
+log = logging.getLogger(__name__)
+
+
+class APIServer:
+    def __init__(self, settings: ServerSettings, registry: Registry | None = None) -> None:
+        self.settings = settings
+        self.registry = registry or catalog.registry()
+        self.storage = Storage(
+            settings.database_url,
+            pool_size=settings.pool_size,
+            watch_cache_capacity=settings.watch_cache_capacity,
+            retention=settings.watch_retention,
+            compaction_interval=settings.compaction_interval,
+        )
+        self.stores = {info.plural: GenericStore(self.storage, info) for info in self.registry}
+        self.tokens = (
+            TokenAuthenticator.from_file(settings.token_auth_file) if settings.token_auth_file else TokenAuthenticator({})
+        )
+        self.authorizer = Authorizer(self._project, self._projects_for)
+        self.metrics = Metrics()
+        self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync)
+        self.ready = False
+
+    async def start(self) -> None:
+        await self.storage.start()
+        for project in self.settings.bootstrap_projects:
+            await bootstrap.ensure_project(self.stores["projects"], project)
+        self.garbage_collector.start()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        await self.garbage_collector.stop()
+        await self.storage.stop()
+
+    async def _project(self, name: str) -> dict[str, Any] | None:
+        return await self.storage.get(Key("Project", "", name))
+
+    async def _projects_for(self, principal: Principal) -> list[str]:
+        names: set[str] = set()
+        for member in member_names(principal):
+            names.update(await self.storage.names_containing("Project", {"spec": {"members": [{"name": member}]}}))
+        return sorted(names)

@@ -1,0 +1,31 @@
+"""Settings of one API server process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from nodus.api.auth.requestheader import RequestHeaderConfig
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    database_url: str
+    token_auth_file: Path | None = None
+    requestheader: RequestHeaderConfig | None = None
+    # How long the watch log keeps events: the oldest resourceVersion a watch or continue token
+    # may name. Older ones get 410 Expired.
+    watch_retention: timedelta = timedelta(minutes=15)
+    watch_cache_capacity: int = 20_000
+    bookmark_interval: float = 10.0
+    # Longest watch when the client gives no timeoutSeconds (kube-apiserver: 30-60 minutes).
+    default_watch_timeout: float = 1800.0
+    pool_size: int = 20
+    # Base of the docs links in errors; the request's own base URL when empty.
+    external_url: str = ""
+    compaction_interval: float = 60.0
+    # How often the garbage collector re-checks everything even when no deletion was seen.
+    gc_resync: float = 5.0
+    # Projects created at start when missing (nodus dev: "default").
+    bootstrap_projects: tuple[str, ...] = field(default=())

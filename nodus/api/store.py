@@ -1,0 +1,340 @@
+"""The generic store: the order of every write, the same for every kind.
+
+create: system metadata, generateName, prepare, validate, admit, field ownership, store.
+update: read, precondition, carry system metadata, prepare, generation, validate, ownership, store.
+patch: read, apply the patch to the current object, then update; retried on a concurrent write.
+delete: preconditions, propagation finalizers, then either mark (deletionTimestamp) or remove.
+
+A kind contributes only its :class:`~nodus.api.strategy.Strategy`. Events are emitted by storage
+in the same transaction as the write, so there is no separate emit step that could be lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nodus.api import errors, fieldmanagement, objectmeta
+from nodus.api.context import RequestContext
+from nodus.api.errors import APIError
+from nodus.api.registry import API_VERSION, GROUP, KindInfo
+from nodus.apimachinery import fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apimachinery.units import format_time, now
+from nodus.storage import errors as storage_errors
+from nodus.storage.errors import Key
+from nodus.storage.objects import Storage
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+PatchFunction = Callable[[Object], Object]
+
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+PROJECT_FINALIZER = "nodus.dev/project-contents"
+_GENERATE_NAME_TRIES = 8
+_PATCH_RETRIES = 16
+
+
+class GenericStore:
+    """The store of one kind."""
+
+    def __init__(self, storage: Storage, info: KindInfo) -> None:
+        self.storage = storage
+        self.info = info
+        self.strategy = info.strategy
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def key(self, namespace: str | None, name: str) -> Key:
+        return Key(self.info.kind, namespace or "", name)
+
+    def _not_found(self, name: str) -> APIError:
+        return errors.not_found(self.info.plural, GROUP, name)
+
+    def _conflict(self, name: str) -> APIError:
+        return errors.conflict(self.info.plural, GROUP, name)
+
+    def _invalid(self, name: str, problems: list[FieldError]) -> APIError:
+        return errors.invalid(self.info.kind, GROUP, name, problems)
+
+    async def get(self, namespace: str | None, name: str) -> Object:
+        obj = await self.storage.get(self.key(namespace, name))
+        if obj is None:
+            raise self._not_found(name)
+        return obj
+
+    def _check_type(self, obj: Any, namespace: str | None) -> Object:
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body must be a {self.info.kind} object")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if api_version not in (None, API_VERSION) or kind not in (None, self.info.kind):
+            raise errors.bad_request(
+                f"the body is {kind or '?'} {api_version or '?'}, but this endpoint serves {self.info.kind} "
+                f"{API_VERSION}",
+                fix=f"Send apiVersion: {API_VERSION} and kind: {self.info.kind}, or use the endpoint of that kind.",
+            )
+        obj["apiVersion"], obj["kind"] = API_VERSION, self.info.kind
+        metadata = obj.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise self._invalid("", [fieldpath.invalid(Path("metadata"), None, "must be an object")])
+        if self.info.namespaced:
+            body_namespace = metadata.get("namespace")
+            if body_namespace and body_namespace != namespace:
+                raise errors.bad_request(
+                    f"the namespace of the provided object ({body_namespace}) does not match the namespace sent "
+                    f"on the request ({namespace})"
+                )
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        return obj
+
+    def _validate(self, obj: Object, old: Object | None, subresource: str = "") -> None:
+        name = str(obj["metadata"].get("name", ""))
+        problems = objectmeta.validate_metadata(obj["metadata"], dns_label_names=self.info.dns_label_names)
+        if subresource == "status":
+            problems += self.strategy.validate_status(obj)
+        elif old is None:
+            problems += self.strategy.validate(obj)
+        else:
+            problems += self.strategy.validate_update(obj, old)
+        if problems:
+            raise self._invalid(name, problems)
+
+    async def _admit(self, obj: Object) -> None:
+        """A namespaced object needs its project to exist and not to be on its way out."""
+        if not self.info.namespaced:
+            return
+        project_name = obj["metadata"]["namespace"]
+        project = await self.storage.get(Key("Project", "", project_name))
+        if project is None:
+            raise APIError(
+                "NotFound", f'projects.{GROUP} "{project_name}" not found',
+                fix=f"Create the project first (an administrator: kubectl create -f project.yaml), or use -n with "
+                    "an existing project.",
+                details={"name": project_name, "group": GROUP, "kind": "projects"},
+            )  # fmt: skip
+        if project["metadata"].get("deletionTimestamp"):
+            raise APIError(
+                "Forbidden",
+                f'unable to create new content in project {project_name} because it is being deleted',
+                fix="Wait until the project is gone and create it again, or use another project.",
+            )
+
+    def _own(self, old: Object | None, new: Object, ctx: RequestContext, subresource: str = "") -> None:
+        new["metadata"]["managedFields"] = fieldmanagement.update_managed_fields(
+            old, new, manager=ctx.field_manager, api_version=API_VERSION, list_keys=self.info.list_map_keys,
+            now=format_time(now()), subresource=subresource,
+        )  # fmt: skip
+
+    # --- create --------------------------------------------------------------------------------
+
+    async def create(self, namespace: str | None, body: Any, ctx: RequestContext, owned: bool = False) -> Object:
+        obj = self._check_type(body, namespace)
+        metadata = obj["metadata"]
+        prefix = metadata.get("generateName")
+        if not metadata.get("name") and isinstance(prefix, str) and prefix:
+            metadata["name"] = objectmeta.generate_name(prefix)
+        objectmeta.stamp_new(metadata)
+        self.strategy.prepare_for_create(obj)
+        if not self.info.namespaced and self.info.kind == "Project":
+            finalizers = metadata.setdefault("finalizers", [])
+            if PROJECT_FINALIZER not in finalizers:
+                finalizers.append(PROJECT_FINALIZER)
+        self._validate(obj, None)
+        await self._admit(obj)
+        for message in self.strategy.warnings_on_create(obj):
+            ctx.warn(message)
+        if not owned:
+            self._own(None, obj, ctx)
+        if ctx.dry_run:
+            return obj
+        for attempt in range(_GENERATE_NAME_TRIES):
+            try:
+                return await self.storage.create(self.key(namespace, metadata["name"]), obj)
+            except storage_errors.AlreadyExists:
+                if not prefix or body.get("metadata", {}).get("name") or attempt == _GENERATE_NAME_TRIES - 1:
+                    raise errors.already_exists(self.info.plural, GROUP, metadata["name"]) from None
+                metadata["name"] = objectmeta.generate_name(prefix)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- update --------------------------------------------------------------------------------
+
+    def _prepare_update(self, new: Object, old: Object, subresource: str) -> Object:
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            merged["status"] = new.get("status")
+            if merged["status"] is None:
+                merged.pop("status")
+            merged["metadata"]["managedFields"] = new["metadata"].get("managedFields", old["metadata"].get("managedFields"))
+            return merged
+        objectmeta.carry_system_fields(new["metadata"], old["metadata"])
+        self.strategy.prepare_for_update(new, old)
+        if self.strategy.spec_changed(new, old):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        return new
+
+    def _check_finalizers(self, new: Object, old: Object) -> None:
+        if not old["metadata"].get("deletionTimestamp"):
+            return
+        added = set(new["metadata"].get("finalizers") or []) - set(old["metadata"].get("finalizers") or [])
+        if added:
+            raise self._invalid(new["metadata"]["name"], [fieldpath.forbidden(
+                Path("metadata", "finalizers"),
+                f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)}",
+            )])  # fmt: skip
+
+    async def _write(self, new: Object, old: Object, ctx: RequestContext) -> Object:
+        """Store ``new`` over ``old``, or finish the deletion when the last finalizer went."""
+        if _same(new, old):
+            return old
+        key = self.key(new["metadata"].get("namespace"), new["metadata"]["name"])
+        expected = int(old["metadata"]["resourceVersion"])
+        if ctx.dry_run:
+            return new
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return await self.storage.delete(key, new, expected)
+        return await self.storage.update(key, new, expected)
+
+    async def update(
+        self, namespace: str | None, name: str, body: Any, ctx: RequestContext, subresource: str = ""
+    ) -> Object:
+        """PUT: replace the object; its resourceVersion is the precondition (409 when stale)."""
+        new = self._check_type(body, namespace)
+        body_name = new["metadata"].get("name")
+        if body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        rv = new["metadata"].get("resourceVersion")
+        if not rv:
+            raise self._invalid(name, [fieldpath.invalid(
+                Path("metadata", "resourceVersion"), 0, "must be specified for an update",
+            )])  # fmt: skip
+        old = await self.get(namespace, name)
+        if str(rv) != old["metadata"]["resourceVersion"]:
+            raise self._conflict(name)
+        new = self._prepare_update(new, old, subresource)
+        self._check_finalizers(new, old)
+        self._validate(new, old, subresource)
+        for message in self.strategy.warnings_on_update(new, old) if not subresource else []:
+            ctx.warn(message)
+        self._own(old, new, ctx, subresource)
+        try:
+            return await self._write(new, old, ctx)
+        except storage_errors.Conflict:
+            raise self._conflict(name) from None
+        except storage_errors.NotFound:
+            raise self._not_found(name) from None
+
+    async def patch(
+        self, namespace: str | None, name: str, patch: PatchFunction, ctx: RequestContext, subresource: str = "",
+        owned: bool = False,
+    ) -> Object:  # fmt: skip
+        """Apply ``patch`` to the current object and update, re-reading and retrying when another
+        write lands in between; a resourceVersion the patch itself sets is a precondition."""
+        for _ in range(_PATCH_RETRIES):
+            old = await self.get(namespace, name)
+            patched = patch(copy.deepcopy(old))
+            new = self._check_type(patched, namespace)
+            if new["metadata"].get("name") != name:
+                raise errors.bad_request("a patch may not change metadata.name")
+            wanted_rv = new["metadata"].get("resourceVersion")
+            if wanted_rv and str(wanted_rv) != old["metadata"]["resourceVersion"]:
+                raise self._conflict(name)
+            new = self._prepare_update(new, old, subresource)
+            self._check_finalizers(new, old)
+            self._validate(new, old, subresource)
+            for message in self.strategy.warnings_on_update(new, old) if not subresource else []:
+                ctx.warn(message)
+            if not owned:
+                self._own(old, new, ctx, subresource)
+            try:
+                return await self._write(new, old, ctx)
+            except storage_errors.Conflict:
+                if wanted_rv:
+                    raise self._conflict(name) from None
+                continue
+            except storage_errors.NotFound:
+                raise self._not_found(name) from None
+        raise APIError("Conflict", f'{self.info.plural}.{GROUP} "{name}": too many concurrent writes; retry')
+
+    # --- delete --------------------------------------------------------------------------------
+
+    async def delete(
+        self, namespace: str | None, name: str, options: dict[str, Any], ctx: RequestContext
+    ) -> tuple[Object, bool]:
+        """Delete; returns the object and whether it is gone (False: waiting on finalizers)."""
+        for _ in range(_PATCH_RETRIES):
+            old = await self.get(namespace, name)
+            _check_preconditions(old, options.get("preconditions") or {}, self._conflict(name))
+            new = copy.deepcopy(old)
+            metadata = new["metadata"]
+            finalizers: list[str] = list(metadata.get("finalizers") or [])
+            policy = options.get("propagationPolicy")
+            if policy == "Foreground" and FOREGROUND not in finalizers:
+                finalizers.append(FOREGROUND)
+            elif policy == "Orphan" and ORPHAN not in finalizers:
+                finalizers.append(ORPHAN)
+            if policy in ("Foreground", "Orphan") and metadata.get("deletionTimestamp") is None:
+                pass
+            key = self.key(namespace, name)
+            expected = int(old["metadata"]["resourceVersion"])
+            try:
+                if not finalizers:
+                    if ctx.dry_run:
+                        return old, True
+                    return await self.storage.delete(key, new, expected), True
+                if finalizers != (metadata.get("finalizers") or []) or not metadata.get("deletionTimestamp"):
+                    metadata["finalizers"] = finalizers
+                    metadata.setdefault("deletionTimestamp", format_time(now()))
+                    metadata.setdefault("deletionGracePeriodSeconds", int(options.get("gracePeriodSeconds") or 0))
+                    if ctx.dry_run:
+                        return new, False
+                    return await self.storage.update(key, new, expected), False
+                return old, False
+            except storage_errors.Conflict:
+                continue
+            except storage_errors.NotFound:
+                raise self._not_found(name) from None
+        raise APIError("Conflict", f'{self.info.plural}.{GROUP} "{name}": too many concurrent writes; retry')
+
+
+def _check_preconditions(obj: Object, preconditions: dict[str, Any], conflict: APIError) -> None:
+    uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
+    if uid and uid != obj["metadata"].get("uid"):
+        conflict.message = (f"{conflict.message.split(':')[0]}: Precondition failed: UID in precondition: {uid}, "
+                            f"UID in object meta: {obj['metadata'].get('uid')}")  # fmt: skip
+        raise conflict
+    if rv and str(rv) != obj["metadata"].get("resourceVersion"):
+        conflict.message = (f"{conflict.message.split(':')[0]}: Precondition failed: ResourceVersion in "
+                            f"precondition: {rv}, ResourceVersion in object meta: "
+                            f"{obj['metadata'].get('resourceVersion')}")  # fmt: skip
+        raise conflict
+
+
+def _same(new: Object, old: Object) -> bool:
+    """A write that changes nothing but bookkeeping is not stored (no new resourceVersion)."""
+
+    def strip(obj: Object) -> Object:
+        out = dict(obj)
+        metadata = dict(out.get("metadata") or {})
+        metadata.pop("resourceVersion", None)
+        metadata.pop("managedFields", None)
+        out["metadata"] = metadata
+        return out
+
+    if strip(new) != strip(old):
+        return False
+    return _managers(new) == _managers(old)
+
+
+def _managers(obj: Object) -> list[tuple[Any, ...]]:
+    return [
+        (m.get("manager"), m.get("operation"), m.get("subresource"), str(m.get("fieldsV1")))
+        for m in obj["metadata"].get("managedFields") or []
+    ]

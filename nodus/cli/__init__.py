@@ -1,0 +1,1 @@
+"""The ``nodus`` command: the processes (dev, apiserver) and the tools (migrate, ...)."""

@@ -1,0 +1,75 @@
+"""Serving the API over HTTPS with uvicorn, with the client certificate visible to the app.
+
+uvicorn does not pass a TLS client certificate to the application, which requestheader
+authentication needs; the protocol subclass here records the verified peer certificate of each
+connection in the request state (``scope["state"]["peer_certificate"]``, DER bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from nodus.api.app import create_app
+from nodus.api.server import APIServer
+
+log = logging.getLogger(__name__)
+
+
+class PeerCertificateProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if peer:
+            self.app_state = {**self.app_state, "peer_certificate": peer}
+
+
+@dataclass(frozen=True)
+class Listener:
+    host: str
+    port: int
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+
+
+def config(server: APIServer, listener: Listener) -> uvicorn.Config:
+    kwargs: dict[str, Any] = {}
+    if listener.cert_file and listener.key_file:
+        kwargs.update(ssl_certfile=str(listener.cert_file), ssl_keyfile=str(listener.key_file))
+        if listener.client_ca_file:
+            kwargs.update(ssl_ca_certs=str(listener.client_ca_file), ssl_cert_reqs=ssl.CERT_OPTIONAL)
+    return uvicorn.Config(
+        create_app(server),
+        host=listener.host,
+        port=listener.port,
+        http=PeerCertificateProtocol,
+        loop="uvloop",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+        timeout_keep_alive=30,
+        **kwargs,
+    )
+
+
+async def serve(server: APIServer, listener: Listener, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (uvicorn installs the handlers); ``ready`` is set once listening."""
+    uv = uvicorn.Server(config(server, listener))
+    if ready is None:
+        await uv.serve()
+        return
+    task = asyncio.ensure_future(uv.serve())
+    while not uv.started and not task.done():
+        await asyncio.sleep(0.05)
+    if uv.started:
+        ready.set()
+    await task

@@ -57,8 +57,12 @@ async def admin_async(cluster: clusters.Cluster) -> AsyncIterator[httpx.AsyncCli
 
 def make_project(client: httpx.Client, members: list[dict[str, str]] | None = None, prefix: str = "p") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    body = {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": name},
-            "spec": {"displayName": name, "members": members or []}}  # fmt: skip
+    body = {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Project",
+        "metadata": {"name": name},
+        "spec": {"displayName": name, "members": members or []},
+    }
     response = client.post("/apis/nodus.dev/v1/projects", json=body)
     assert response.status_code == 201, response.text
     return name
@@ -67,6 +71,11 @@ def make_project(client: httpx.Client, members: list[dict[str, str]] | None = No
 @pytest.fixture
 def project(admin: httpx.Client) -> str:
     """A fresh project where alice is Owner, bob Editor and carol Viewer (dave is not a member)."""
-    return make_project(admin, [
-        {"name": "alice", "role": "Owner"}, {"name": "bob", "role": "Editor"}, {"name": "carol", "role": "Viewer"},
-    ])  # fmt: skip
+    return make_project(
+        admin,
+        [
+            {"name": "alice", "role": "Owner"},
+            {"name": "bob", "role": "Editor"},
+            {"name": "carol", "role": "Viewer"},
+        ],
+    )

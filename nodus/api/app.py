@@ -77,8 +77,12 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     rid = request_id(request)
     if isinstance(exc, StorageError | OSError | TimeoutError):
         log.error("request %s: storage unavailable: %s", rid, exc)
-        error = APIError("ServiceUnavailable", "the database is unavailable; the request was not applied",
-                         details={"retryAfterSeconds": 1}, headers={"Retry-After": "1"})  # fmt: skip
+        error = APIError(
+            "ServiceUnavailable",
+            "the database is unavailable; the request was not applied",
+            details={"retryAfterSeconds": 1},
+            headers={"Retry-After": "1"},
+        )
         return error_response(request, error)
     log.exception("request %s failed", rid)
     return error_response(request, internal(rid))

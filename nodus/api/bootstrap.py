@@ -18,8 +18,12 @@ BOOTSTRAP = Principal(user="system:nodus-bootstrap", groups=(ADMIN_GROUP,))
 async def ensure_project(projects: GenericStore, name: str, display_name: str = "") -> None:
     """Create the project unless it exists. Idempotent; safe when several servers start at once."""
     context = RequestContext(principal=BOOTSTRAP, request_id="bootstrap", field_manager="nodus-bootstrap")
-    body = {"apiVersion": API_VERSION, "kind": "Project", "metadata": {"name": name},
-            "spec": {"displayName": display_name or name}}  # fmt: skip
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "Project",
+        "metadata": {"name": name},
+        "spec": {"displayName": display_name or name},
+    }
     try:
         await projects.create(None, body, context)
         log.info("created project %s", name)

@@ -64,8 +64,9 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[str, Any
     pairs = [(loader.construct_object(k, deep=True), loader.construct_object(v, deep=True)) for k, v in node.value]
     for key, _ in pairs:
         if not isinstance(key, str):
-            raise yaml.constructor.ConstructorError(None, None, f"map keys must be strings, found {key!r}",
-                                                    node.start_mark)  # fmt: skip
+            raise yaml.constructor.ConstructorError(
+                None, None, f"map keys must be strings, found {key!r}", node.start_mark
+            )
     return _pairs(pairs)
 
 
@@ -84,7 +85,7 @@ def decode(raw: bytes, yaml_allowed: bool) -> tuple[Any, list[str]]:
         if not yaml_allowed:
             raise bad_request(f"the body is not valid JSON: {exc}") from exc
         try:
-            value = yaml.load(raw, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+            value = yaml.load(raw, Loader=_Loader)
         except yaml.YAMLError as yaml_exc:
             raise bad_request(f"the body is neither valid JSON nor valid YAML: {yaml_exc}") from yaml_exc
     return value, _duplicate_paths(value)

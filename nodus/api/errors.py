@@ -110,7 +110,9 @@ def bad_request(message: str, fix: str | None = None) -> APIError:
 
 
 def method_not_allowed(verb: str, plural: str) -> APIError:
-    return APIError("MethodNotAllowed", f"the server does not allow this method on the requested resource: {verb} {plural}")
+    return APIError(
+        "MethodNotAllowed", f"the server does not allow this method on the requested resource: {verb} {plural}"
+    )
 
 
 def expired(message: str) -> APIError:

@@ -57,8 +57,9 @@ class GarbageCollector:
         await self._leadership.release()
 
     def _context(self) -> RequestContext:
-        return RequestContext(principal=COLLECTOR, request_id="garbage-collector",
-                              field_manager="nodus-garbage-collector")  # fmt: skip
+        return RequestContext(
+            principal=COLLECTOR, request_id="garbage-collector", field_manager="nodus-garbage-collector"
+        )
 
     async def _run(self) -> None:
         cache = self._storage.watch_cache
@@ -69,8 +70,10 @@ class GarbageCollector:
                     continue
                 await self.collect()
                 async for event in cache.stream(cache.head, self._resync):
-                    relevant = event is None or event.type == "DELETED" or (
-                        event.type == "MODIFIED" and b'"deletionTimestamp"' in event.body
+                    relevant = (
+                        event is None
+                        or event.type == "DELETED"
+                        or (event.type == "MODIFIED" and b'"deletionTimestamp"' in event.body)
                     )
                     if relevant:
                         await asyncio.sleep(0.02)  # let a burst of deletions land, then converge once
@@ -134,9 +137,12 @@ class GarbageCollector:
             return
         metadata = obj["metadata"]
         with contextlib.suppress(APIError):
-            await store.delete(metadata.get("namespace"), metadata["name"],
-                               {"propagationPolicy": policy, "preconditions": {"uid": metadata["uid"]}},
-                               self._context())  # fmt: skip
+            await store.delete(
+                metadata.get("namespace"),
+                metadata["name"],
+                {"propagationPolicy": policy, "preconditions": {"uid": metadata["uid"]}},
+                self._context(),
+            )
 
     async def _drop_owner(self, obj: Object, uids: set[str]) -> None:
         store = self._store(obj)
@@ -161,8 +167,9 @@ class GarbageCollector:
             return
 
         def without_finalizer(current: Object) -> Object:
-            current["metadata"]["finalizers"] = [f for f in current["metadata"].get("finalizers") or []
-                                                 if f != finalizer]  # fmt: skip
+            current["metadata"]["finalizers"] = [
+                f for f in current["metadata"].get("finalizers") or [] if f != finalizer
+            ]
             return current
 
         metadata = obj["metadata"]

@@ -18,9 +18,14 @@ from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apimachinery.units import format_time, now
 
 SYSTEM_FIELDS = (
-    "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-    "deletionGracePeriodSeconds", "selfLink",
-)  # fmt: skip
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -56,14 +61,26 @@ def carry_system_fields(new: dict[str, Any], old: dict[str, Any]) -> None:
 def validate_name(name: str, path: Path, dns_label: bool) -> list[FieldError]:
     if dns_label:
         if len(name) > 63 or not _DNS_LABEL.match(name):
-            return [fieldpath.invalid(path, name, "a lowercase RFC 1123 label must consist of lower case "
-                                      "alphanumeric characters or '-', start and end with an alphanumeric "
-                                      "character, and be at most 63 characters (e.g. 'my-name')")]  # fmt: skip
+            return [
+                fieldpath.invalid(
+                    path,
+                    name,
+                    "a lowercase RFC 1123 label must consist of lower case "
+                    "alphanumeric characters or '-', start and end with an alphanumeric "
+                    "character, and be at most 63 characters (e.g. 'my-name')",
+                )
+            ]
         return []
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        return [fieldpath.invalid(path, name, "a lowercase RFC 1123 subdomain must consist of lower case "
-                                  "alphanumeric characters, '-' or '.', start and end with an alphanumeric "
-                                  "character, and be at most 253 characters (e.g. 'example.com')")]  # fmt: skip
+        return [
+            fieldpath.invalid(
+                path,
+                name,
+                "a lowercase RFC 1123 subdomain must consist of lower case "
+                "alphanumeric characters, '-' or '.', start and end with an alphanumeric "
+                "character, and be at most 253 characters (e.g. 'example.com')",
+            )
+        ]
     return []
 
 
@@ -75,9 +92,15 @@ def _validate_qualified_key(key: Any, path: Path) -> list[FieldError]:
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         errors.append(fieldpath.invalid(path, key, "the prefix must be a DNS subdomain such as 'example.com'"))
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        errors.append(fieldpath.invalid(path, key, "name part must consist of alphanumeric characters, '-', '_' "
-                                        "or '.', start and end with an alphanumeric character, and be at most "
-                                        "63 characters (e.g. 'MyName' or 'my.name' or '123-abc')"))  # fmt: skip
+        errors.append(
+            fieldpath.invalid(
+                path,
+                key,
+                "name part must consist of alphanumeric characters, '-', '_' "
+                "or '.', start and end with an alphanumeric character, and be at most "
+                "63 characters (e.g. 'MyName' or 'my.name' or '123-abc')",
+            )
+        )
     return errors
 
 
@@ -97,16 +120,21 @@ def validate_metadata(metadata: Any, dns_label_names: bool) -> list[FieldError]:
     labels = metadata.get("labels")
     if labels is not None:
         if not isinstance(labels, dict):
-            errors.append(fieldpath.invalid(path.child("labels"), None, "must be a map of string keys to string values"))
+            errors.append(
+                fieldpath.invalid(path.child("labels"), None, "must be a map of string keys to string values")
+            )
         else:
             for key, value in labels.items():
                 errors += _validate_qualified_key(key, path.child("labels"))
                 if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-                    errors.append(fieldpath.invalid(
-                        path.child("labels").key(str(key)), value,
-                        "a label value must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                        "'.', start and end with an alphanumeric character, and be at most 63 characters",
-                    ))  # fmt: skip
+                    errors.append(
+                        fieldpath.invalid(
+                            path.child("labels").key(str(key)),
+                            value,
+                            "a label value must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                            "'.', start and end with an alphanumeric character, and be at most 63 characters",
+                        )
+                    )
     annotations = metadata.get("annotations")
     if annotations is not None:
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
@@ -133,8 +161,14 @@ def _validate_finalizers(finalizers: Any, path: Path) -> list[FieldError]:
         if not isinstance(item, str) or not item:
             errors.append(fieldpath.invalid(path.index(i), item, "must be a non-empty string"))
         elif "/" not in item and item not in ("orphan", "foregroundDeletion"):
-            errors.append(fieldpath.invalid(path.index(i), item, "a finalizer must be domain-qualified, such as "
-                                            "'example.com/cleanup' (or the built-in 'orphan' or 'foregroundDeletion')"))  # fmt: skip
+            errors.append(
+                fieldpath.invalid(
+                    path.index(i),
+                    item,
+                    "a finalizer must be domain-qualified, such as "
+                    "'example.com/cleanup' (or the built-in 'orphan' or 'foregroundDeletion')",
+                )
+            )
         else:
             errors += [e for e in _validate_qualified_key(item, path.index(i))]
     return errors

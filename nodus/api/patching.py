@@ -31,8 +31,9 @@ def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
     """RFC 6902. A malformed patch is 400; one that does not apply (a failed ``test``, a missing
     path) is 422 naming the operation."""
     if not isinstance(operations, list):
-        raise bad_request("a JSON patch is a list of operations such as "
-                          '[{"op": "replace", "path": "/spec/parallelism", "value": 2}]')  # fmt: skip
+        raise bad_request(
+            'a JSON patch is a list of operations such as [{"op": "replace", "path": "/spec/parallelism", "value": 2}]'
+        )
     for index, operation in enumerate(operations):
         if not isinstance(operation, dict) or "op" not in operation or "path" not in operation:
             raise bad_request(f"JSON patch operation {index} needs 'op' and 'path'")
@@ -51,5 +52,8 @@ def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
 
 
 def _unprocessable(message: str) -> APIError:
-    return APIError("Invalid", message, fix="Read the object again (kubectl get -o json) and write the patch "
-                    "against its current content.")  # fmt: skip
+    return APIError(
+        "Invalid",
+        message,
+        fix="Read the object again (kubectl get -o json) and write the patch against its current content.",
+    )

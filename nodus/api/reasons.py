@@ -36,100 +36,138 @@ def all_reasons() -> list[Reason]:
 
 
 _register(
-    "BadRequest", 400, "The request is malformed.",
+    "BadRequest",
+    400,
+    "The request is malformed.",
     "Fix the request as the message says; `kubectl explain <kind>` shows the schema.",
     "The body could not be decoded, a query parameter has an invalid value, or the request combines "
     "options that cannot go together (for example `continue` with `resourceVersion`).",
 )
 _register(
-    "Unauthorized", 401, "The request carries no valid credentials.",
+    "Unauthorized",
+    401,
+    "The request carries no valid credentials.",
     "Send `Authorization: Bearer <token>` with a token from the server's token file, or use the kubeconfig "
     "that `nodus dev` writes (`export KUBECONFIG=<data-dir>/kubeconfig`).",
     "Every request except health, version and docs must be authenticated, with a bearer token or, behind "
     "kube-apiserver aggregation, with the requestheader front-proxy certificate.",
 )
 _register(
-    "Forbidden", 403, "The caller may not do this.",
+    "Forbidden",
+    403,
+    "The caller may not do this.",
     "Ask an Owner of the project to add you to `spec.members` with a role that allows the verb "
     "(Viewer: get, list, watch; Editor: also create, update, patch, delete; Owner: also manage members).",
     "Authorisation is per project. The message names the user, the verb, the resource and the project.",
 )
 _register(
-    "NotFound", 404, "The object or resource does not exist.",
+    "NotFound",
+    404,
+    "The object or resource does not exist.",
     "Check the name and the project (`-n <project>`); `kubectl get <resource> -A` lists what you can see.",
     "No object of that kind has that name in that project, or the path names no resource.",
 )
 _register(
-    "AlreadyExists", 409, "An object with this name exists already.",
+    "AlreadyExists",
+    409,
+    "An object with this name exists already.",
     "Choose another name, use `metadata.generateName`, or update the existing object (`kubectl apply`).",
     "Names are unique per kind and project.",
 )
 _register(
-    "Conflict", 409, "The object changed since you read it, or another field manager owns a field you set.",
+    "Conflict",
+    409,
+    "The object changed since you read it, or another field manager owns a field you set.",
     "Read the object again and retry with its current `metadata.resourceVersion`; for a server-side apply "
     "conflict, change the value back or re-run with `--force-conflicts` to take ownership.",
     "Updates use optimistic concurrency: a write that names a stale resourceVersion is refused so that no "
     "update is lost. Server-side apply refuses to overwrite a field another manager set to another value.",
 )
 _register(
-    "Invalid", 422, "The object does not satisfy the schema.",
+    "Invalid",
+    422,
+    "The object does not satisfy the schema.",
     "Fix every field listed in `details.causes`; `kubectl explain <kind>.<field>` describes each one.",
     "All validation errors of one request are returned together, each naming its field path.",
 )
 _register(
-    "Gone", 410, "The resource is no longer available.",
-    "Start again from a fresh list.", "The requested resource version is no longer served.",
+    "Gone",
+    410,
+    "The resource is no longer available.",
+    "Start again from a fresh list.",
+    "The requested resource version is no longer served.",
 )
 _register(
-    "Expired", 410, "The resourceVersion or continue token is older than the watch log's retention window.",
+    "Expired",
+    410,
+    "The resourceVersion or continue token is older than the watch log's retention window.",
     "List again without `resourceVersion` (or without `continue`) and watch from the new list's "
     "resourceVersion. The window is set by `--watch-retention` (default 15m).",
     "The watch log keeps every change for a configurable window. A watch from, or a continue token of, a "
     "resourceVersion older than that window cannot be served consistently, so it is refused.",
 )
 _register(
-    "MethodNotAllowed", 405, "This resource does not support that verb.",
+    "MethodNotAllowed",
+    405,
+    "This resource does not support that verb.",
     "Use one of the verbs that `kubectl api-resources -o wide` lists for the resource.",
     "Some resources are read-only through the API (written by controllers) or lack a verb.",
 )
 _register(
-    "NotAcceptable", 406, "The server cannot produce the representation the Accept header asks for.",
+    "NotAcceptable",
+    406,
+    "The server cannot produce the representation the Accept header asks for.",
     "Accept `application/json` (optionally `;as=Table;g=meta.k8s.io;v=v1`) or `application/yaml`.",
     "Responses are JSON, YAML, or a meta.k8s.io/v1 Table.",
 )
 _register(
-    "UnsupportedMediaType", 415, "The request body's content type is not supported for this verb.",
+    "UnsupportedMediaType",
+    415,
+    "The request body's content type is not supported for this verb.",
     "Use `application/merge-patch+json` (kubectl patch --type merge), `application/json-patch+json` "
     "(--type json) or server-side apply (`application/apply-patch+yaml`, kubectl apply --server-side).",
     "Strategic merge patch needs Go struct tags that custom kinds do not have, as for CustomResources.",
 )
 _register(
-    "RequestEntityTooLarge", 413, "The request body is too large.",
+    "RequestEntityTooLarge",
+    413,
+    "The request body is too large.",
     "Keep objects under 3 MiB; store large data in a Volume or an uploaded blob.",
     "Objects are kept whole in the database and in every watch event, so their size is capped.",
 )
 _register(
-    "Timeout", 504, "The request did not complete in time.",
-    "Retry; if it keeps happening, check the server's health (`/readyz`).", "The server gave up waiting.",
+    "Timeout",
+    504,
+    "The request did not complete in time.",
+    "Retry; if it keeps happening, check the server's health (`/readyz`).",
+    "The server gave up waiting.",
 )
 _register(
-    "TooLargeResourceVersion", 504, "The resourceVersion is newer than anything this server has seen.",
+    "TooLargeResourceVersion",
+    504,
+    "The resourceVersion is newer than anything this server has seen.",
     "Retry in a moment, or list without `resourceVersion`.",
     "A resourceVersion from the future usually comes from another server that is ahead; retrying lets this "
     "one catch up.",
 )
 _register(
-    "InternalError", 500, "The server failed unexpectedly.",
+    "InternalError",
+    500,
+    "The server failed unexpectedly.",
     "Retry; if it persists, report the `requestId` of the response: the server log has the details.",
     "Nothing about the failure is shown to the client beyond the request id, which the log records.",
 )
 _register(
-    "ServiceUnavailable", 503, "The server cannot serve the request now (the database may be unreachable).",
+    "ServiceUnavailable",
+    503,
+    "The server cannot serve the request now (the database may be unreachable).",
     "Retry after the number of seconds in `details.retryAfterSeconds`; check `/readyz`.",
     "The request was not applied.",
 )
 _register(
-    "FieldManagerConflict", 409, "Server-side apply found fields owned by another manager with other values.",
+    "FieldManagerConflict",
+    409,
+    "Server-side apply found fields owned by another manager with other values.",
     "Re-apply with the other manager's values, or use `kubectl apply --server-side --force-conflicts`.",
     "Each conflicting field is listed in `details.causes` with the manager that owns it.",
 )

@@ -38,7 +38,7 @@ class PrinterColumn:
         return current
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: a kind is declared once, and usable as a cache key
 class KindInfo:
     """The declaration of one kind."""
 
@@ -67,6 +67,10 @@ class KindInfo:
         "update",
         "watch",
     )
+    # False for kinds written only by controllers: users may then only get, list and watch.
+    user_writable: bool = True
+    # Names are RFC 1123 labels (at most 63 characters) rather than subdomains.
+    dns_label_names: bool = False
     # Server-side apply: list fields that merge by key, given as dotted paths -> key fields.
     list_map_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
 

@@ -34,8 +34,10 @@ OWNER_REFERENCE: Schema = {
     "required": ["apiVersion", "kind", "name", "uid"],
     "properties": {
         "apiVersion": _string("API version of the referent."),
-        "blockOwnerDeletion": {"type": "boolean", "description": "If true, the owner cannot be deleted in the "
-                               "foreground until this reference is removed."},  # fmt: skip
+        "blockOwnerDeletion": {
+            "type": "boolean",
+            "description": "If true, the owner cannot be deleted in the foreground until this reference is removed.",
+        },
         "controller": {"type": "boolean", "description": "If true, this reference points to the managing controller."},
         "kind": _string("Kind of the referent."),
         "name": _string("Name of the referent."),
@@ -64,28 +66,49 @@ OBJECT_META: Schema = {
     "description": "ObjectMeta is metadata that all persisted resources must have. For namespaced kinds the "
     "namespace is the Nodus project.",
     "properties": {
-        "annotations": _map("Annotations is an unstructured key value map stored with a resource. Nodus reads "
-                            "nodus.dev/<action>-requested-at annotations as requested actions."),  # fmt: skip
+        "annotations": _map(
+            "Annotations is an unstructured key value map stored with a resource. Nodus reads "
+            "nodus.dev/<action>-requested-at annotations as requested actions."
+        ),
         "creationTimestamp": _time("When the object was created (set by the server)."),
-        "deletionGracePeriodSeconds": {"type": "integer", "format": "int64",
-                                       "description": "Seconds allowed for graceful termination (set by the server)."},  # fmt: skip
-        "deletionTimestamp": _time("When deletion was requested; the object is removed once its finalizers are "
-                                   "gone (set by the server)."),  # fmt: skip
-        "finalizers": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set",
-                       "description": "Must be empty before the object is deleted from storage."},  # fmt: skip
+        "deletionGracePeriodSeconds": {
+            "type": "integer",
+            "format": "int64",
+            "description": "Seconds allowed for graceful termination (set by the server).",
+        },
+        "deletionTimestamp": _time(
+            "When deletion was requested; the object is removed once its finalizers are gone (set by the server)."
+        ),
+        "finalizers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "x-kubernetes-list-type": "set",
+            "description": "Must be empty before the object is deleted from storage.",
+        },
         "generateName": _string("A prefix the server uses to generate a unique name when name is not given."),
-        "generation": {"type": "integer", "format": "int64",
-                       "description": "A sequence number of the desired state; it moves only when spec changes."},
+        "generation": {
+            "type": "integer",
+            "format": "int64",
+            "description": "A sequence number of the desired state; it moves only when spec changes.",
+        },
         "labels": _map("Map of string keys and values used to organise and select objects."),
-        "managedFields": {"type": "array", "items": MANAGED_FIELDS_ENTRY,
-                          "description": "Which field manager owns which fields (server-side apply)."},  # fmt: skip
+        "managedFields": {
+            "type": "array",
+            "items": MANAGED_FIELDS_ENTRY,
+            "description": "Which field manager owns which fields (server-side apply).",
+        },
         "name": _string("Name is unique within a project (or the cluster, for cluster-scoped kinds)."),
         "namespace": _string("The project the object belongs to."),
-        "ownerReferences": {"type": "array", "items": OWNER_REFERENCE, "x-kubernetes-list-type": "map",
-                            "x-kubernetes-list-map-keys": ["uid"],
-                            "description": "Objects this object depends on; it is garbage collected with them."},  # fmt: skip
-        "resourceVersion": _string("An opaque value that changes on every write, for optimistic concurrency "
-                                   "and watches."),  # fmt: skip
+        "ownerReferences": {
+            "type": "array",
+            "items": OWNER_REFERENCE,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["uid"],
+            "description": "Objects this object depends on; it is garbage collected with them.",
+        },
+        "resourceVersion": _string(
+            "An opaque value that changes on every write, for optimistic concurrency and watches."
+        ),
         "selfLink": _string("Deprecated; always empty."),
         "uid": _string("Unique in time and space; a deleted and recreated object has a new uid."),
     },
@@ -95,10 +118,15 @@ LIST_META: Schema = {
     "type": "object",
     "description": "ListMeta describes a list: its resourceVersion and, for a chunked list, how to continue.",
     "properties": {
-        "continue": _string("Set when more items remain; pass it as ?continue= for the next page of the same "
-                            "snapshot. It expires with the watch log's retention window (410 Expired)."),  # fmt: skip
-        "remainingItemCount": {"type": "integer", "format": "int64",
-                               "description": "How many items follow this page in the same snapshot."},
+        "continue": _string(
+            "Set when more items remain; pass it as ?continue= for the next page of the same "
+            "snapshot. It expires with the watch log's retention window (410 Expired)."
+        ),
+        "remainingItemCount": {
+            "type": "integer",
+            "format": "int64",
+            "description": "How many items follow this page in the same snapshot.",
+        },
         "resourceVersion": _string("The version of the list; watch from it to see every later change."),
         "selfLink": _string("Deprecated; always empty."),
     },
@@ -123,13 +151,19 @@ STATUS: Schema = {
         "details": {
             "type": "object",
             "properties": {
-                "causes": {"type": "array", "items": STATUS_CAUSE,
-                           "description": "Every problem found, each naming its field."},  # fmt: skip
+                "causes": {
+                    "type": "array",
+                    "items": STATUS_CAUSE,
+                    "description": "Every problem found, each naming its field.",
+                },
                 "group": _string("The API group of the resource."),
                 "kind": _string("The kind or resource of the object."),
                 "name": _string("The name of the object."),
-                "retryAfterSeconds": {"type": "integer", "format": "int32",
-                                      "description": "When to retry, in seconds."},  # fmt: skip
+                "retryAfterSeconds": {
+                    "type": "integer",
+                    "format": "int32",
+                    "description": "When to retry, in seconds.",
+                },
                 "uid": _string("The uid of the object."),
             },
         },
@@ -220,15 +254,16 @@ def drop_fields(value: dict[str, Any], paths: list[str]) -> None:
 
 def _split(path: str) -> list[str | int]:
     parts: list[str | int] = []
-    for segment in path.split("."):
-        while "[" in segment:
-            head, _, rest = segment.partition("[")
+    for dotted in path.split("."):
+        remainder = dotted
+        while "[" in remainder:
+            head, _, rest = remainder.partition("[")
             if head:
                 parts.append(head)
-            inner, _, segment = rest.partition("]")
+            inner, _, remainder = rest.partition("]")
             parts.append(int(inner) if inner.isdigit() else inner)
-        if segment:
-            parts.append(segment)
+        if remainder:
+            parts.append(remainder)
     return parts
 
 
@@ -241,4 +276,4 @@ def _drop(value: Any, parts: list[str | int]) -> None:
         else:
             return
     if isinstance(value, dict):
-        value.pop(parts[-1], None)  # type: ignore[call-overload]
+        value.pop(parts[-1], None)

@@ -34,7 +34,9 @@ class APIServer:
         )
         self.stores = {info.plural: GenericStore(self.storage, info) for info in self.registry}
         self.tokens = (
-            TokenAuthenticator.from_file(settings.token_auth_file) if settings.token_auth_file else TokenAuthenticator({})
+            TokenAuthenticator.from_file(settings.token_auth_file)
+            if settings.token_auth_file
+            else TokenAuthenticator({})
         )
         self.authorizer = Authorizer(self._project, self._projects_for)
         self.metrics = Metrics()

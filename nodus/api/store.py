@@ -113,23 +113,33 @@ class GenericStore:
         project = await self.storage.get(Key("Project", "", project_name))
         if project is None:
             raise APIError(
-                "NotFound", f'projects.{GROUP} "{project_name}" not found',
-                fix=f"Create the project first (an administrator: kubectl create -f project.yaml), or use -n with "
-                    "an existing project.",
+                "NotFound",
+                f'projects.{GROUP} "{project_name}" not found',
+                fix="Create the project first (an administrator: kubectl create -f project.yaml), or use -n with "
+                "an existing project.",
                 details={"name": project_name, "group": GROUP, "kind": "projects"},
-            )  # fmt: skip
+            )
         if project["metadata"].get("deletionTimestamp"):
             raise APIError(
                 "Forbidden",
-                f'unable to create new content in project {project_name} because it is being deleted',
+                f"unable to create new content in project {project_name} because it is being deleted",
                 fix="Wait until the project is gone and create it again, or use another project.",
             )
 
     def _own(self, old: Object | None, new: Object, ctx: RequestContext, subresource: str = "") -> None:
-        new["metadata"]["managedFields"] = fieldmanagement.update_managed_fields(
-            old, new, manager=ctx.field_manager, api_version=API_VERSION, list_keys=self.info.list_map_keys,
-            now=format_time(now()), subresource=subresource,
-        )  # fmt: skip
+        managed = fieldmanagement.update_managed_fields(
+            old,
+            new,
+            manager=ctx.field_manager,
+            api_version=API_VERSION,
+            list_keys=self.info.list_map_keys,
+            now=format_time(now()),
+            subresource=subresource,
+        )
+        if managed:
+            new["metadata"]["managedFields"] = managed
+        else:
+            new["metadata"].pop("managedFields", None)
 
     # --- create --------------------------------------------------------------------------------
 
@@ -170,7 +180,9 @@ class GenericStore:
             merged["status"] = new.get("status")
             if merged["status"] is None:
                 merged.pop("status")
-            merged["metadata"]["managedFields"] = new["metadata"].get("managedFields", old["metadata"].get("managedFields"))
+            merged["metadata"]["managedFields"] = new["metadata"].get(
+                "managedFields", old["metadata"].get("managedFields")
+            )
             return merged
         objectmeta.carry_system_fields(new["metadata"], old["metadata"])
         self.strategy.prepare_for_update(new, old)
@@ -183,10 +195,16 @@ class GenericStore:
             return
         added = set(new["metadata"].get("finalizers") or []) - set(old["metadata"].get("finalizers") or [])
         if added:
-            raise self._invalid(new["metadata"]["name"], [fieldpath.forbidden(
-                Path("metadata", "finalizers"),
-                f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)}",
-            )])  # fmt: skip
+            raise self._invalid(
+                new["metadata"]["name"],
+                [
+                    fieldpath.forbidden(
+                        Path("metadata", "finalizers"),
+                        "no new finalizers can be added if the object is being deleted, "
+                        f"found new finalizers {sorted(added)}",
+                    )
+                ],
+            )
 
     async def _write(self, new: Object, old: Object, ctx: RequestContext) -> Object:
         """Store ``new`` over ``old``, or finish the deletion when the last finalizer went."""
@@ -212,9 +230,16 @@ class GenericStore:
             )
         rv = new["metadata"].get("resourceVersion")
         if not rv:
-            raise self._invalid(name, [fieldpath.invalid(
-                Path("metadata", "resourceVersion"), 0, "must be specified for an update",
-            )])  # fmt: skip
+            raise self._invalid(
+                name,
+                [
+                    fieldpath.invalid(
+                        Path("metadata", "resourceVersion"),
+                        0,
+                        "must be specified for an update",
+                    )
+                ],
+            )
         old = await self.get(namespace, name)
         if str(rv) != old["metadata"]["resourceVersion"]:
             raise self._conflict(name)
@@ -232,9 +257,14 @@ class GenericStore:
             raise self._not_found(name) from None
 
     async def patch(
-        self, namespace: str | None, name: str, patch: PatchFunction, ctx: RequestContext, subresource: str = "",
+        self,
+        namespace: str | None,
+        name: str,
+        patch: PatchFunction,
+        ctx: RequestContext,
+        subresource: str = "",
         owned: bool = False,
-    ) -> Object:  # fmt: skip
+    ) -> Object:
         """Apply ``patch`` to the current object and update, re-reading and retrying when another
         write lands in between; a resourceVersion the patch itself sets is a precondition."""
         for _ in range(_PATCH_RETRIES):
@@ -307,13 +337,17 @@ class GenericStore:
 def _check_preconditions(obj: Object, preconditions: dict[str, Any], conflict: APIError) -> None:
     uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
     if uid and uid != obj["metadata"].get("uid"):
-        conflict.message = (f"{conflict.message.split(':')[0]}: Precondition failed: UID in precondition: {uid}, "
-                            f"UID in object meta: {obj['metadata'].get('uid')}")  # fmt: skip
+        conflict.message = (
+            f"{conflict.message.split(':')[0]}: Precondition failed: UID in precondition: {uid}, "
+            f"UID in object meta: {obj['metadata'].get('uid')}"
+        )
         raise conflict
     if rv and str(rv) != obj["metadata"].get("resourceVersion"):
-        conflict.message = (f"{conflict.message.split(':')[0]}: Precondition failed: ResourceVersion in "
-                            f"precondition: {rv}, ResourceVersion in object meta: "
-                            f"{obj['metadata'].get('resourceVersion')}")  # fmt: skip
+        conflict.message = (
+            f"{conflict.message.split(':')[0]}: Precondition failed: ResourceVersion in "
+            f"precondition: {rv}, ResourceVersion in object meta: "
+            f"{obj['metadata'].get('resourceVersion')}"
+        )
         raise conflict
 
 

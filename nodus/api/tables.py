@@ -66,13 +66,15 @@ def human_age(timestamp: Any, at: datetime | None = None) -> str:
 def column_definitions(info: KindInfo) -> list[dict[str, Any]]:
     columns = [dict(NAME_COLUMN)]
     for column in info.printer_columns:
-        columns.append({
-            "name": column.name,
-            "type": "string" if column.type == "date" else column.type,
-            "format": column.format,
-            "description": column.description,
-            "priority": column.priority,
-        })  # fmt: skip
+        columns.append(
+            {
+                "name": column.name,
+                "type": "string" if column.type == "date" else column.type,
+                "format": column.format,
+                "description": column.description,
+                "priority": column.priority,
+            }
+        )
     return columns
 
 

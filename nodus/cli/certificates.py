@@ -38,7 +38,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _ensure_ca(directory: Path, common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -60,9 +62,20 @@ def _ensure_ca(directory: Path, common_name: str) -> tuple[x509.Certificate, ec.
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)  # fmt: skip
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(key, hashes.SHA256())
     )
     _write_private(key_path, _pem_key(key))
@@ -86,8 +99,10 @@ def issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=365))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client
-                                              else ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)  # fmt: skip
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
     )
     if hosts:
         names: list[x509.GeneralName] = []

@@ -9,20 +9,32 @@ from pathlib import Path
 import yaml
 
 
-def write(path: Path, server: str, ca_cert: Path, token: str, namespace: str = "default",
-          cluster: str = "nodus-dev", user: str = "nodus-admin") -> None:  # fmt: skip
+def write(
+    path: Path,
+    server: str,
+    ca_cert: Path,
+    token: str,
+    namespace: str = "default",
+    cluster: str = "nodus-dev",
+    user: str = "nodus-admin",
+) -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64.b64encode(ca_cert.read_bytes()).decode(),
-        }}],
+        "clusters": [
+            {
+                "name": cluster,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_cert.read_bytes()).decode(),
+                },
+            }
+        ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user, "namespace": namespace}}],
         "current-context": cluster,
         "preferences": {},
-    }  # fmt: skip
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:

@@ -39,18 +39,25 @@ def _database_url(args: argparse.Namespace) -> str | None:
 def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="PostgreSQL URL (default: $NODUS_DATABASE_URL)")
     parser.add_argument("--token-auth-file", type=Path, help='CSV of bearer tokens: token,user,uid,"group1,group2"')
-    parser.add_argument("--watch-retention", type=_duration, default=timedelta(minutes=15),
-                        help="how long the watch log keeps events; older watches and continue tokens get 410 "
-                             "Expired (default 15m)")  # fmt: skip
+    parser.add_argument(
+        "--watch-retention",
+        type=_duration,
+        default=timedelta(minutes=15),
+        help="how long the watch log keeps events; older watches and continue tokens get 410 Expired (default 15m)",
+    )
     parser.add_argument("--watch-cache-size", type=int, default=20_000, help="events kept in memory per process")
     parser.add_argument("--external-url", default="", help="base URL of the docs links in error responses")
 
 
 def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **extra: object) -> ServerSettings:
     return ServerSettings(
-        database_url=url, token_auth_file=token_file, watch_retention=args.watch_retention,
-        watch_cache_capacity=args.watch_cache_size, external_url=args.external_url, **extra,  # type: ignore[arg-type]
-    )  # fmt: skip
+        database_url=url,
+        token_auth_file=token_file,
+        watch_retention=args.watch_retention,
+        watch_cache_capacity=args.watch_cache_size,
+        external_url=args.external_url,
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def _dev_tokens(path: Path) -> Path:
@@ -91,7 +98,7 @@ def dev(args: argparse.Namespace) -> None:
             embedded = database.EmbeddedPostgres(data_dir / "postgres")
             url = embedded.start()
         database.migrate(url)
-        client_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host  # noqa: S104
+        client_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         files = certificates.ensure_serving(data_dir / "pki", sorted({client_host, "127.0.0.1", "localhost"}))
         token_file = args.token_auth_file or _dev_tokens(data_dir / "tokens.csv")
         server_url = f"https://{client_host}:{args.port}"
@@ -135,10 +142,12 @@ def apiserver(args: argparse.Namespace) -> None:
             extra_header_prefixes=tuple(h.lower() for h in args.requestheader_extra_headers_prefix.split(",") if h),
         )
     settings = _settings(args, url, args.token_auth_file, requestheader=requestheader)
-    listener = Listener(args.host, args.port, args.tls_cert_file, args.tls_private_key_file,
-                        args.requestheader_client_ca_file)  # fmt: skip
-    print(f"Nodus API server serving on {'https' if args.tls_cert_file else 'http'}://{args.host}:{args.port}",
-          flush=True)  # fmt: skip
+    listener = Listener(
+        args.host, args.port, args.tls_cert_file, args.tls_private_key_file, args.requestheader_client_ca_file
+    )
+    print(
+        f"Nodus API server serving on {'https' if args.tls_cert_file else 'http'}://{args.host}:{args.port}", flush=True
+    )
     asyncio.run(serve(APIServer(settings), listener))
 
 
@@ -163,14 +172,20 @@ def parser() -> argparse.ArgumentParser:
     dev_cmd.set_defaults(run=dev)
 
     api = commands.add_parser("apiserver", help="serve the nodus.dev/v1 API")
-    api.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server listens on every interface
+    api.add_argument("--host", default="0.0.0.0")
     api.add_argument("--port", type=int, default=8443)
     api.add_argument("--tls-cert-file", type=Path)
     api.add_argument("--tls-private-key-file", type=Path)
-    api.add_argument("--requestheader-client-ca-file", type=Path,
-                     help="trust X-Remote-* headers only from client certificates signed by this CA")  # fmt: skip
-    api.add_argument("--requestheader-allowed-names", default="",
-                     help="comma-separated common names allowed to send X-Remote-* headers (empty: any)")  # fmt: skip
+    api.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        help="trust X-Remote-* headers only from client certificates signed by this CA",
+    )
+    api.add_argument(
+        "--requestheader-allowed-names",
+        default="",
+        help="comma-separated common names allowed to send X-Remote-* headers (empty: any)",
+    )
     api.add_argument("--requestheader-username-headers", default="X-Remote-User")
     api.add_argument("--requestheader-group-headers", default="X-Remote-Group")
     api.add_argument("--requestheader-extra-headers-prefix", default="X-Remote-Extra-")
@@ -186,8 +201,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)  # fmt: skip
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)

@@ -24,11 +24,14 @@ log = logging.getLogger(__name__)
 
 
 class PeerCertificateProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    app_state: dict[str, Any]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         ssl_object = transport.get_extra_info("ssl_object")
         peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if peer:
+            # uvicorn copies app_state into every request's scope["state"]: per connection here.
             self.app_state = {**self.app_state, "peer_certificate": peer}
 
 
@@ -68,7 +71,7 @@ async def serve(server: APIServer, listener: Listener, ready: asyncio.Event | No
         await uv.serve()
         return
     task = asyncio.ensure_future(uv.serve())
-    while not uv.started and not task.done():
+    while not uv.started and not task.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.05)
     if uv.started:
         ready.set()

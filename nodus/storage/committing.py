@@ -200,19 +200,35 @@ class Committer:
         text = rows.encode(body)
         if write.operation == "create":
             created = await conn.fetchval(
-                _CREATE, key.kind, key.namespace, key.name, body["metadata"]["uid"], rv,
-                rows.encode_labels(body), rows.phase_of(body), rows.owner_uids_of(body),
-                rows.deleting(body), text,
-            )  # fmt: skip
+                _CREATE,
+                key.kind,
+                key.namespace,
+                key.name,
+                body["metadata"]["uid"],
+                rv,
+                rows.encode_labels(body),
+                rows.phase_of(body),
+                rows.owner_uids_of(body),
+                rows.deleting(body),
+                text,
+            )
             if created is None:
                 raise _Rejected(AlreadyExists(key))
             return body
         if write.operation == "update":
             result = await conn.fetchrow(
-                _UPDATE, key.kind, key.namespace, key.name, rv,
-                rows.encode_labels(body), rows.phase_of(body), rows.owner_uids_of(body),
-                rows.deleting(body), text, write.expected_rv,
-            )  # fmt: skip
+                _UPDATE,
+                key.kind,
+                key.namespace,
+                key.name,
+                rv,
+                rows.encode_labels(body),
+                rows.phase_of(body),
+                rows.owner_uids_of(body),
+                rows.deleting(body),
+                text,
+                write.expected_rv,
+            )
         else:
             result = await conn.fetchrow(_DELETE, key.kind, key.namespace, key.name, rv, text, write.expected_rv)
         current_rv, written = result["current_rv"], result["written"]

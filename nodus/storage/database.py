@@ -103,7 +103,7 @@ class EmbeddedPostgres:
         import pgserver  # imported lazily: only ``nodus dev`` and tests without a server need it
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
         url: str = self._server.get_uri()
         log.info("embedded PostgreSQL running under %s", self.data_dir)
         return url

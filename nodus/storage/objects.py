@@ -90,8 +90,10 @@ class Storage:
         async with self._connection() as conn:
             body = await conn.fetchval(
                 "SELECT body FROM objects WHERE kind = $1 AND namespace = $2 AND name = $3",
-                key.kind, key.namespace, key.name,
-            )  # fmt: skip
+                key.kind,
+                key.namespace,
+                key.name,
+            )
         return orjson.loads(body) if body is not None else None
 
     async def current_rv(self) -> int:
@@ -100,7 +102,7 @@ class Storage:
         return value
 
     @asynccontextmanager
-    async def list(self, query: ListQuery) -> AsyncIterator[ListCursor]:
+    async def open_list(self, query: ListQuery) -> AsyncIterator[ListCursor]:
         """Open a consistent list. Raises Expired or TooLarge before yielding, never after."""
         async with AsyncExitStack() as stack:
             conn = await stack.enter_async_context(self._connection())
@@ -138,8 +140,9 @@ class Storage:
         async with self._connection() as conn:
             records = await conn.fetch(
                 "SELECT name FROM objects WHERE kind = $1 AND namespace = '' AND body::jsonb @> $2::jsonb",
-                kind, orjson.dumps(document).decode(),
-            )  # fmt: skip
+                kind,
+                orjson.dumps(document).decode(),
+            )
         return [r["name"] for r in records]
 
     async def count(self, kind: str, namespace: str) -> int:
@@ -153,8 +156,9 @@ class Storage:
         async with self._connection() as conn:
             bodies = await conn.fetch(
                 "SELECT body FROM objects WHERE namespace = $1 AND kind = ANY($2::text[]) ORDER BY kind, name",
-                namespace, kinds,
-            )  # fmt: skip
+                namespace,
+                kinds,
+            )
         return [orjson.loads(r["body"]) for r in bodies]
 
     # --- writes --------------------------------------------------------------------------------

@@ -68,11 +68,17 @@ class Event:
 
 def _event(record: asyncpg.Record) -> Event:
     return Event(
-        rv=record["rv"], type=record["type"], kind=record["kind"], namespace=record["namespace"],
-        name=record["name"], body=record["body"].encode(), labels=record["labels"],
-        phase=record["phase"], prev_labels=record["prev_labels"],
+        rv=record["rv"],
+        type=record["type"],
+        kind=record["kind"],
+        namespace=record["namespace"],
+        name=record["name"],
+        body=record["body"].encode(),
+        labels=record["labels"],
+        phase=record["phase"],
+        prev_labels=record["prev_labels"],
         prev_phase=record["prev_phase"],
-    )  # fmt: skip
+    )
 
 
 ConnectionFactory = Callable[[], Any]

@@ -21,10 +21,11 @@ async def storage(database_url: str) -> AsyncIterator[Storage]:
 
 def job(namespace: str, name: str, labels: dict[str, str] | None = None, phase: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "apiVersion": "nodus.dev/v1", "kind": "Job",
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": labels or {}},
         "spec": {"image": "busybox"},
-    }  # fmt: skip
+    }
     if phase:
         body["status"] = {"phase": phase}
     return body

@@ -15,7 +15,7 @@ from tests.storage.conftest import job, unique_namespace
 
 
 async def _page(storage: Storage, query: ListQuery) -> tuple[list[str], int, tuple[str, str] | None, int | None]:
-    async with storage.list(query) as cursor:
+    async with storage.open_list(query) as cursor:
         names = [row[1] async for batch in cursor.batches() for row in batch]
         return names, cursor.resource_version, cursor.continue_after, cursor.remaining
 
@@ -39,12 +39,16 @@ async def test_pages_show_one_snapshot_while_objects_change(storage: Storage) ->
 
     rest: list[str] = []
     while after is not None:
-        page, page_rv, after, remaining = await _page(storage, ListQuery("Job", namespace, limit=25, after=after, at_rv=rv))
+        page, page_rv, after, remaining = await _page(
+            storage, ListQuery("Job", namespace, limit=25, after=after, at_rv=rv)
+        )
         assert page_rv == rv
         rest += page
     assert names + rest == [f"j{i:03d}" for i in range(60)], "a later page saw changes made after the first"
     # The snapshot returns j050 as it was, without the new label.
-    old, _, _, _ = await _page(storage, ListQuery("Job", namespace, labels=parse_label_selector("changed=yes"), at_rv=rv))
+    old, _, _, _ = await _page(
+        storage, ListQuery("Job", namespace, labels=parse_label_selector("changed=yes"), at_rv=rv)
+    )
     assert old == []
     now, _, _, _ = await _page(storage, ListQuery("Job", namespace, labels=parse_label_selector("changed=yes")))
     assert now == ["j050"]
@@ -77,9 +81,13 @@ async def test_field_selectors(storage: Storage) -> None:
     for name, phase in (("a", "Running"), ("b", "Queued"), ("c", None)):
         await storage.create(Key("Job", namespace, name), job(namespace, name, phase=phase))
     fields = ("metadata.name", "metadata.namespace", "status.phase")
-    running, _, _, _ = await _page(storage, ListQuery("Job", namespace, fields=parse_field_selector("status.phase=Running", fields)))
+    running, _, _, _ = await _page(
+        storage, ListQuery("Job", namespace, fields=parse_field_selector("status.phase=Running", fields))
+    )
     assert running == ["a"]
-    others, _, _, _ = await _page(storage, ListQuery("Job", namespace, fields=parse_field_selector("status.phase!=Running", fields)))
+    others, _, _, _ = await _page(
+        storage, ListQuery("Job", namespace, fields=parse_field_selector("status.phase!=Running", fields))
+    )
     assert others == ["b", "c"]
 
 

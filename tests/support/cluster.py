@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -38,14 +39,28 @@ class Cluster:
     process: subprocess.Popen[bytes] | None = None
     log_file: Path | None = None
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
+    database_url: str = ""
+
+    def tls(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
     def client(self, user: str = "admin", **kwargs: object) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=str(self.ca_file),
-                            headers={"Authorization": f"Bearer {self.tokens[user]}"}, timeout=30, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+        return httpx.Client(
+            base_url=self.url,
+            verify=self.tls(),
+            headers={"Authorization": f"Bearer {self.tokens[user]}"},
+            timeout=30,
+            **kwargs,
+        )  # type: ignore[arg-type]
 
     def async_client(self, user: str = "admin", **kwargs: object) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, verify=str(self.ca_file),
-                                 headers={"Authorization": f"Bearer {self.tokens[user]}"}, timeout=30, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+        return httpx.AsyncClient(
+            base_url=self.url,
+            verify=self.tls(),
+            headers={"Authorization": f"Bearer {self.tokens[user]}"},
+            timeout=30,
+            **kwargs,
+        )  # type: ignore[arg-type]
 
     def kubeconfig(self, user: str = "admin", namespace: str = "default") -> Path:
         key = f"{user}-{namespace}"
@@ -73,27 +88,45 @@ def start(directory: Path, database_url: str, extra_args: tuple[str, ...] = (), 
     files = certificates.ensure_serving(directory / "pki", ["127.0.0.1", "localhost"])
     tokens = {user: secrets.token_urlsafe(24) for user in USERS}
     token_file = directory / "tokens.csv"
-    token_file.write_text("".join(
-        f'{token},{user},{user}-uid,"{"system:masters" if user == "admin" else "developers"}"\n'
-        for user, token in tokens.items()
-    ))  # fmt: skip
+    token_file.write_text(
+        "".join(
+            f'{token},{user},{user}-uid,"{"system:masters" if user == "admin" else "developers"}"\n'
+            for user, token in tokens.items()
+        )
+    )
     port = free_port()
     log_file = directory / "apiserver.log"
     args = [
-        sys.executable, "-m", "nodus.cli.main", "apiserver", "--host", "127.0.0.1", "--port", str(port),
-        "--tls-cert-file", str(files.cert), "--tls-private-key-file", str(files.key),
-        "--token-auth-file", str(token_file), *(("--migrate",) if migrate else ()), *extra_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "nodus.cli.main",
+        "apiserver",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        str(files.cert),
+        "--tls-private-key-file",
+        str(files.key),
+        "--token-auth-file",
+        str(token_file),
+        *(("--migrate",) if migrate else ()),
+        *extra_args,
+    ]
     env = {**os.environ, "NODUS_DATABASE_URL": database_url}
     with log_file.open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-    cluster = Cluster(f"https://127.0.0.1:{port}", files.ca_cert, directory, tokens, process, log_file)
+    cluster = Cluster(
+        f"https://127.0.0.1:{port}", files.ca_cert, directory, tokens, process, log_file, database_url=database_url
+    )
     deadline = time.monotonic() + 60
+    tls = cluster.tls()
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"nodus apiserver exited with {process.returncode}:\n{cluster.logs()}")
         try:
-            if httpx.get(f"{cluster.url}/readyz", verify=str(files.ca_cert), timeout=2).status_code == 200:
+            if httpx.get(f"{cluster.url}/readyz", verify=tls, timeout=2).status_code == 200:
                 return cluster
         except httpx.HTTPError:
             pass

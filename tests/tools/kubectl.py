@@ -50,10 +50,21 @@ def ensure() -> Path:
             return BINARY
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                 "-d", tmp, PACKAGE],
-                check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-d",
+                    tmp,
+                    PACKAGE,
+                ],
+                check=True,
+                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+            )
             wheel = next(Path(tmp).glob("*.whl"))
             _extract(wheel, BINARY)
     return BINARY

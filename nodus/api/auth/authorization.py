@@ -77,17 +77,27 @@ class Authorizer:
         self._projects_for = projects_for
 
     async def authorize(
-        self, principal: Principal, verb: str, info: KindInfo, namespace: str | None, name: str | None,
+        self,
+        principal: Principal,
+        verb: str,
+        info: KindInfo,
+        namespace: str | None,
+        name: str | None,
         subresource: str = "",
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Raise a 403 Status unless ``principal`` may do ``verb``. Cluster-wide reads are allowed
         here and narrowed by :meth:`readable_projects`."""
         if principal.is_admin:
             return
         shown_verb = f"{verb}/{subresource}" if subresource else verb
         if subresource and verb not in READ_VERBS:
-            raise forbidden(principal, shown_verb, info, namespace or name,
-                            f"Only administrators (group system:masters) and Nodus controllers write {subresource}.")  # fmt: skip
+            raise forbidden(
+                principal,
+                shown_verb,
+                info,
+                namespace or name,
+                f"Only administrators (group system:masters) and Nodus controllers write {subresource}.",
+            )
         if info.kind == "Project":
             await self._authorize_project(principal, verb, info, name)
             return
@@ -96,8 +106,13 @@ class Authorizer:
                 return
             raise forbidden(principal, verb, info, None, "Name a project with -n <project>.")
         if verb not in READ_VERBS and not info.user_writable:
-            raise forbidden(principal, verb, info, namespace,
-                            f"{info.kind} objects are written only by Nodus controllers; users may get, list and watch.")  # fmt: skip
+            raise forbidden(
+                principal,
+                verb,
+                info,
+                namespace,
+                f"{info.kind} objects are written only by Nodus controllers; users may get, list and watch.",
+            )
         needed = Role.VIEWER if verb in READ_VERBS else Role.EDITOR
         role = role_in(await self._project(namespace), principal)
         if role < needed:

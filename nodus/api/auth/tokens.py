@@ -29,7 +29,7 @@ class TokenAuthenticator:
                 if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
                     continue
                 if len(row) < 3:
-                    raise TokenFileError(f"{path}:{number}: expected token,user,uid[,\"group1,group2\"]")
+                    raise TokenFileError(f'{path}:{number}: expected token,user,uid[,"group1,group2"]')
                 token, user, uid = (cell.strip() for cell in row[:3])
                 groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
                 if not token or not user:

@@ -88,8 +88,15 @@ def _resources(registry: Registry) -> list[dict[str, Any]]:
             resource["categories"] = list(info.categories)
         resources.append(resource)
         if info.has_status:
-            resources.append({"name": f"{info.plural}/status", "singularName": "", "namespaced": info.namespaced,
-                              "kind": info.kind, "verbs": ["get", "patch", "update"]})  # fmt: skip
+            resources.append(
+                {
+                    "name": f"{info.plural}/status",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
     return resources
 
 
@@ -102,9 +109,9 @@ def api_groups(request: Request) -> Response:
     registry: Registry = request.app.state.server.registry
     version = _aggregated_version(request.headers.get("accept"))
     if version:
-        return _aggregated_response({"kind": "APIGroupDiscoveryList", "metadata": {}, "items": [
-            _aggregated_group(registry)
-        ]}, version)  # fmt: skip
+        return _aggregated_response(
+            {"kind": "APIGroupDiscoveryList", "metadata": {}, "items": [_aggregated_group(registry)]}, version
+        )
     return respond({"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group()]})
 
 
@@ -114,8 +121,9 @@ def api_group(_: Request) -> Response:
 
 def api_resources(request: Request) -> Response:
     registry: Registry = request.app.state.server.registry
-    return respond({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
-                    "resources": _resources(registry)})  # fmt: skip
+    return respond(
+        {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION, "resources": _resources(registry)}
+    )
 
 
 def _aggregated_group(registry: Registry) -> dict[str, Any]:
@@ -134,8 +142,9 @@ def _aggregated_group(registry: Registry) -> dict[str, Any]:
         if info.categories:
             resource["categories"] = list(info.categories)
         if info.has_status:
-            resource["subresources"] = [{"subresource": "status", "responseKind": kind,
-                                         "verbs": ["get", "patch", "update"]}]  # fmt: skip
+            resource["subresources"] = [
+                {"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}
+            ]
         resources.append(resource)
     return {
         "metadata": {"name": GROUP, "creationTimestamp": None},

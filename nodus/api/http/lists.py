@@ -31,8 +31,10 @@ def _too_large(rv: int, current: int) -> APIError:
     return APIError(
         "TooLargeResourceVersion",
         f"Too large resource version: {rv}, current: {current}",
-        details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                 "retryAfterSeconds": 1},  # fmt: skip
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
         headers={"Retry-After": "1"},
     )
 
@@ -60,9 +62,16 @@ async def build_query(
         else:
             names = tuple(readable)
     return ListQuery(
-        kind=info.kind, namespace=namespace if info.namespaced else None, namespaces=namespaces, names=names,
-        labels=options.labels, fields=options.fields, limit=options.limit, after=after, at_rv=at_rv,
-    )  # fmt: skip
+        kind=info.kind,
+        namespace=namespace if info.namespaced else None,
+        namespaces=namespaces,
+        names=names,
+        labels=options.labels,
+        fields=options.fields,
+        limit=options.limit,
+        after=after,
+        at_rv=at_rv,
+    )
 
 
 def _list_metadata(cursor: ListCursor) -> dict[str, Any]:
@@ -77,7 +86,7 @@ def _list_metadata(cursor: ListCursor) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def open_list(server: APIServer, query: ListQuery) -> AsyncIterator[ListCursor]:
     try:
-        async with server.storage.list(query) as cursor:
+        async with server.storage.open_list(query) as cursor:
             yield cursor
     except storage_errors.Expired as exc:
         if query.after is not None:
@@ -103,8 +112,9 @@ async def respond_list(
         return respond(tables.table(info, objects, include, list_metadata=metadata))  # type: ignore[arg-type]
     if representation == "metadata":
         items = [tables.row_object(obj, "Metadata") for obj in objects]
-        return respond({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
-                        "items": items})  # fmt: skip
+        return respond(
+            {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}
+        )
     body = {"kind": info.list_kind, "apiVersion": API_VERSION, "metadata": metadata, "items": objects}
     return respond(body, representation=representation)
 
@@ -113,9 +123,14 @@ async def _stream(server: APIServer, info: KindInfo, query: ListQuery) -> Respon
     stack = contextlib.AsyncExitStack()
     cursor = await stack.enter_async_context(open_list(server, query))
     head = (
-        b'{"kind":"' + info.list_kind.encode() + b'","apiVersion":"' + API_VERSION.encode()
-        + b'","metadata":{"resourceVersion":"' + str(cursor.resource_version).encode() + b'"},"items":['
-    )  # fmt: skip
+        b'{"kind":"'
+        + info.list_kind.encode()
+        + b'","apiVersion":"'
+        + API_VERSION.encode()
+        + b'","metadata":{"resourceVersion":"'
+        + str(cursor.resource_version).encode()
+        + b'"},"items":['
+    )
 
     async def body() -> AsyncIterator[bytes]:
         yield head

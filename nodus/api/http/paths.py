@@ -18,8 +18,11 @@ class Target:
 
 
 def _not_found(path: str) -> APIError:
-    return APIError("NotFound", f"the server could not find the requested resource ({path})",
-                    fix="`kubectl api-resources --api-group=nodus.dev` lists the resources this server serves.")  # fmt: skip
+    return APIError(
+        "NotFound",
+        f"the server could not find the requested resource ({path})",
+        fix="`kubectl api-resources --api-group=nodus.dev` lists the resources this server serves.",
+    )
 
 
 def parse(path: str, registry: Registry) -> Target:

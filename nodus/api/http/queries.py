@@ -52,14 +52,18 @@ def decode_continue(token: str) -> tuple[int, str, str]:
         data = orjson.loads(raw)
         return int(data["rv"]), str(data["ns"]), str(data["start"])
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
-        raise bad_request("continue key is not valid: it must be the metadata.continue of a previous list",
-                          fix="Pass the continue value exactly as the previous page returned it.") from exc  # fmt: skip
+        raise bad_request(
+            "continue key is not valid: it must be the metadata.continue of a previous list",
+            fix="Pass the continue value exactly as the previous page returned it.",
+        ) from exc
 
 
 def parse(params: QueryParams, info: KindInfo, watch_path: bool = False) -> ListOptions:
     if params.get("shardSelector"):
-        raise bad_request("shardSelector is not supported by this server",
-                          fix="List without shardSelector; use labelSelector or fieldSelector to narrow the list.")  # fmt: skip
+        raise bad_request(
+            "shardSelector is not supported by this server",
+            fix="List without shardSelector; use labelSelector or fieldSelector to narrow the list.",
+        )
     try:
         labels = parse_label_selector(params.get("labelSelector"))
         fields = parse_field_selector(params.get("fieldSelector"), info.field_selectors)
@@ -85,7 +89,7 @@ def parse(params: QueryParams, info: KindInfo, watch_path: bool = False) -> List
     if rv and rv != "0" and not rv.isdigit():
         raise APIError("BadRequest", f'resourceVersion must be a number, got "{rv}"')
     if match == "Exact" and rv == "0":
-        raise bad_request("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")
+        raise bad_request('resourceVersionMatch "Exact" is forbidden for resourceVersion "0"')
     continue_from = None
     if token:
         if rv or match:
@@ -114,7 +118,15 @@ def parse(params: QueryParams, info: KindInfo, watch_path: bool = False) -> List
     if include not in ("None", "Metadata", "Object"):
         raise bad_request("includeObject must be None, Metadata or Object")
     return ListOptions(
-        labels=labels, fields=fields, limit=limit, continue_from=continue_from, resource_version=rv,
-        resource_version_match=match, watch=watch, allow_bookmarks=_bool(params, "allowWatchBookmarks"),
-        timeout_seconds=timeout, send_initial_events=send_initial, include_object=include,
-    )  # fmt: skip
+        labels=labels,
+        fields=fields,
+        limit=limit,
+        continue_from=continue_from,
+        resource_version=rv,
+        resource_version_match=match,
+        watch=watch,
+        allow_bookmarks=_bool(params, "allowWatchBookmarks"),
+        timeout_seconds=timeout,
+        send_initial_events=send_initial,
+        include_object=include,
+    )

@@ -43,9 +43,12 @@ def _context(request: Request, principal: Principal) -> RequestContext:
     if len(manager) > 128:
         raise bad_request("fieldManager must be at most 128 characters")
     return RequestContext(
-        principal=principal, request_id=request_id(request), field_manager=manager or "unknown",
-        dry_run=bool(dry_run), field_validation=validation,  # type: ignore[arg-type]
-    )  # fmt: skip
+        principal=principal,
+        request_id=request_id(request),
+        field_manager=manager or "unknown",
+        dry_run=bool(dry_run),
+        field_validation=validation,  # type: ignore[arg-type]
+    )
 
 
 def check_fields(ctx: RequestContext, info: KindInfo, obj: Any, duplicates: list[str]) -> Any:
@@ -72,8 +75,14 @@ async def _body(request: Request, ctx: RequestContext, info: KindInfo, yaml_allo
     return check_fields(ctx, info, value, duplicates)
 
 
-def _render(obj: dict[str, Any], info: KindInfo, representation: Representation, status: int,
-            ctx: RequestContext | None, include: str = "Metadata") -> Response:  # fmt: skip
+def _render(
+    obj: dict[str, Any],
+    info: KindInfo,
+    representation: Representation,
+    status: int,
+    ctx: RequestContext | None,
+    include: str = "Metadata",
+) -> Response:
     warnings = ctx.warnings if ctx else None
     if representation == "table":
         return respond(tables.table(info, [obj], include), status, warnings=warnings)  # type: ignore[arg-type]
@@ -135,9 +144,16 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
     readable = await server.authorizer.readable_projects(principal)
     if verb == "watch":
         return await watches.respond_watch(
-            server, info, target.namespace, target.name, options, readable, representation,
-            docs_base(request), request_id(request),
-        )  # fmt: skip
+            server,
+            info,
+            target.namespace,
+            target.name,
+            options,
+            readable,
+            representation,
+            docs_base(request),
+            request_id(request),
+        )
     query = await lists.build_query(server, info, target.namespace, options, readable)
     return await lists.respond_list(server, info, query, representation, options.include_object)
 
@@ -146,8 +162,10 @@ async def _create(server: APIServer, request: Request, principal: Principal, tar
     info = target.info
     _check_verb(info, "create")
     if info.namespaced and target.namespace is None:
-        raise bad_request(f"{info.plural} are created in a project: POST /apis/nodus.dev/v1/namespaces/<project>/"
-                          f"{info.plural}", fix="Pass -n <project> to kubectl.")  # fmt: skip
+        raise bad_request(
+            f"{info.plural} are created in a project: POST /apis/nodus.dev/v1/namespaces/<project>/{info.plural}",
+            fix="Pass -n <project> to kubectl.",
+        )
     await server.authorizer.authorize(principal, "create", info, target.namespace, None)
     representation = negotiation.representation(request.headers.get("accept"))
     ctx = _context(request, principal)
@@ -183,11 +201,13 @@ async def _patch(server: APIServer, request: Request, principal: Principal, targ
             "strategic merge patch is not supported for nodus.dev resources; use a merge patch "
             "(application/merge-patch+json), a JSON patch or server-side apply",
             fix="kubectl patch --type merge -p '{...}', kubectl patch --type json -p '[...]', or "
-                "kubectl apply --server-side.",
-        )  # fmt: skip
+            "kubectl apply --server-side.",
+        )
     if kind not in negotiation.PATCH_TYPES:
-        raise APIError("UnsupportedMediaType", f'the body of a PATCH must be one of {", ".join(negotiation.PATCH_TYPES)}'
-                       f', got "{kind}"')  # fmt: skip
+        raise APIError(
+            "UnsupportedMediaType",
+            f'the body of a PATCH must be one of {", ".join(negotiation.PATCH_TYPES)}, got "{kind}"',
+        )
     raw, duplicates = decoding.decode(await request.body(), yaml_allowed=kind == negotiation.APPLY_PATCH)
     if kind == negotiation.APPLY_PATCH:
         return await _apply(server, request, ctx, target, raw, duplicates, representation)
@@ -207,15 +227,22 @@ async def _patch(server: APIServer, request: Request, principal: Principal, targ
 
 
 async def _apply(
-    server: APIServer, request: Request, ctx: RequestContext, target: Target, raw: Any, duplicates: list[str],
+    server: APIServer,
+    request: Request,
+    ctx: RequestContext,
+    target: Target,
+    raw: Any,
+    duplicates: list[str],
     representation: Representation,
-) -> Response:  # fmt: skip
+) -> Response:
     info = target.info
     store: GenericStore = server.stores[info.plural]
     assert target.name is not None
     if not request.query_params.get("fieldManager"):
-        raise bad_request("PATCH with application/apply-patch+yaml requires the fieldManager parameter",
-                          fix="kubectl apply --server-side sets it; with curl add ?fieldManager=<your-tool>.")  # fmt: skip
+        raise bad_request(
+            "PATCH with application/apply-patch+yaml requires the fieldManager parameter",
+            fix="kubectl apply --server-side sets it; with curl add ?fieldManager=<your-tool>.",
+        )
     force = request.query_params.get("force", "").lower() in ("true", "1")
     applied = check_fields(ctx, info, raw, duplicates)
     if not isinstance(applied, dict):
@@ -229,17 +256,28 @@ async def _apply(
     def apply_to(live: dict[str, Any] | None) -> dict[str, Any]:
         try:
             return fieldmanagement.apply(
-                live, applied, manager=ctx.field_manager, force=force, api_version=API_VERSION,
-                list_keys=info.list_map_keys, now=format_time(now()), subresource=target.subresource,
-            )  # fmt: skip
+                live,
+                applied,
+                manager=ctx.field_manager,
+                force=force,
+                api_version=API_VERSION,
+                list_keys=info.list_map_keys,
+                now=format_time(now()),
+                subresource=target.subresource,
+            )
+        except fieldmanagement.InvalidApplyConfiguration as invalid:
+            raise bad_request(str(invalid)) from None
         except fieldmanagement.ApplyConflict as conflict:
             raise APIError(
-                "FieldManagerConflict", conflict.message(),
-                details={"name": target.name, "group": "nodus.dev", "kind": info.plural, "causes": [
-                    {"reason": "FieldManagerConflict", "message": f'conflict with "{c.manager}"', "field": c.field}
-                    for c in conflict.conflicts
-                ]},
-            ) from None  # fmt: skip
+                "FieldManagerConflict",
+                conflict.message(),
+                details={
+                    "name": target.name,
+                    "group": "nodus.dev",
+                    "kind": info.plural,
+                    "causes": conflict.causes(),
+                },
+            ) from None
 
     try:
         obj = await store.patch(target.namespace, target.name, apply_to, ctx, target.subresource, owned=True)

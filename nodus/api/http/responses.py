@@ -57,6 +57,7 @@ def error_response(request: Request, error: APIError) -> Response:
     body = error.status_body(rid, docs_base(request))
     if error.code >= 500:
         log.error("request %s failed: %s %s", rid, error.reason, error.message)
-    response = Response(orjson.dumps(body), status_code=error.code, media_type="application/json",
-                        headers=error.headers)  # fmt: skip
+    response = Response(
+        orjson.dumps(body), status_code=error.code, media_type="application/json", headers=error.headers
+    )
     return response

@@ -57,8 +57,9 @@ def reason_page(request: Request) -> Response:
     try:
         entry = reasons.reason(code)
     except KeyError:
-        raise APIError("NotFound", f'no reason code "{code}" is registered',
-                       fix="See /docs/reasons for every code.") from None  # fmt: skip
+        raise APIError(
+            "NotFound", f'no reason code "{code}" is registered', fix="See /docs/reasons for every code."
+        ) from None
     body = (
         f"<h1>{escape(entry.code)}</h1><p><strong>HTTP {entry.http_status}.</strong> {escape(entry.summary)}</p>"
         f"<h2>What happened</h2><p>{escape(entry.explanation)}</p><h2>How to fix it</h2><p>{escape(entry.fix)}</p>"

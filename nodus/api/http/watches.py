@@ -101,8 +101,16 @@ class _Encoder:
         if initial_end:
             metadata["annotations"] = {INITIAL_EVENTS_END: "true"}
         if self.table:
-            return _line("BOOKMARK", {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
-                                      "columnDefinitions": [], "rows": []})  # fmt: skip
+            return _line(
+                "BOOKMARK",
+                {
+                    "kind": "Table",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": metadata,
+                    "columnDefinitions": [],
+                    "rows": [],
+                },
+            )
         return _line("BOOKMARK", {"kind": self.info.kind, "apiVersion": API_VERSION, "metadata": metadata})
 
 
@@ -123,9 +131,13 @@ async def respond_watch(
         fields = FieldSelector((*fields.requirements, FieldRequirement("metadata.name", name)))
     options = ListOptions(**{**options.__dict__, "fields": fields})
     watch_filter = WatchFilter(
-        info.kind, info.namespaced, namespace if info.namespaced else None,
-        frozenset(readable) if readable is not None else None, options.labels, fields,
-    )  # fmt: skip
+        info.kind,
+        info.namespaced,
+        namespace if info.namespaced else None,
+        frozenset(readable) if readable is not None else None,
+        options.labels,
+        fields,
+    )
     initial: list[str] = []
     rv = options.resource_version
     if options.send_initial_events or (rv in ("", "0") and options.send_initial_events is None):
@@ -145,8 +157,10 @@ async def respond_watch(
     if start > cache.head:
         await cache.wait_for_head(start, 3.0)
 
-    timeout = float(options.timeout_seconds) if options.timeout_seconds else server.settings.default_watch_timeout * (
-        1 + random.random()  # noqa: S311 - spreading reconnects, not security
+    timeout = (
+        float(options.timeout_seconds)
+        if options.timeout_seconds
+        else server.settings.default_watch_timeout * (1 + random.random())
     )
     interval = server.settings.bookmark_interval
     encoder = _Encoder(info, representation, options.include_object)
@@ -161,8 +175,10 @@ async def respond_watch(
         metrics.watchers.labels(info.plural).inc()
         try:
             for text in initial:
-                yield encoder.object("ADDED", orjson.loads(text)) if encoder.table else (
-                    b'{"type":"ADDED","object":' + text.encode() + b"}\n"
+                yield (
+                    encoder.object("ADDED", orjson.loads(text))
+                    if encoder.table
+                    else (b'{"type":"ADDED","object":' + text.encode() + b"}\n")
                 )
             if options.send_initial_events:
                 yield encoder.bookmark(start, initial_end=True)
@@ -183,8 +199,12 @@ async def respond_watch(
                     last_bookmark = now
                     yield encoder.bookmark(position)
         except storage_errors.Expired as exc:
-            yield _line("ERROR", expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
-                        .status_body(request_id, docs_base))  # fmt: skip
+            yield _line(
+                "ERROR",
+                expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})").status_body(
+                    request_id, docs_base
+                ),
+            )
         finally:
             metrics.watchers.labels(info.plural).dec()
 

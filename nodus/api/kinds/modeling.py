@@ -25,7 +25,9 @@ class Model(BaseModel):
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        # Only the camelCase wire names are accepted: a Python name would validate but be stored
+        # under a key nothing else reads.
+        populate_by_name=False,
         extra="forbid",
         frozen=False,
         use_attribute_docstrings=False,

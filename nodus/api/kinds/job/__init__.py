@@ -1,0 +1,46 @@
+"""The ``Job`` kind (``jobs.nodus.dev/v1``): its declaration, models and strategy.
+
+``JOB`` is what the registry, routes, discovery, OpenAPI and Table output are generated from. The
+package is laid out by concept: models (``spec``, ``spec_capacity``, ``spec_data``, ``status``,
+``status_cost`` on ``base`` and ``scalars``), write-time canonicalisation (``aliases``, ``defaults``),
+validation (``validation`` and its ``validation_*`` topics, on ``rules`` and ``jsonview``), the
+accelerator catalog and gang sizing (``accelerators``, ``topology``), warnings (``notices``) and
+printer columns (``columns``).
+"""
+
+from __future__ import annotations
+
+from nodus.api.kinds.job.columns import PRINTER_COLUMNS
+from nodus.api.kinds.job.spec import JobSpec
+from nodus.api.kinds.job.status import JobStatus
+from nodus.api.kinds.job.strategy import JobStrategy
+from nodus.api.registry import KindInfo
+
+JOB = KindInfo(
+    kind="Job",
+    plural="jobs",
+    singular="job",
+    namespaced=True,
+    description="Job is a run-to-completion container with checkpoints, recovery from preemption, Indexed "
+    "completions, multi-node gangs (Beta), a cost estimate before launch and exact prepaid billing. Every index "
+    "runs as Attempts.",
+    spec_model=JobSpec,
+    status_model=JobStatus,
+    strategy=JobStrategy(),
+    printer_columns=PRINTER_COLUMNS,
+    short_names=("nj",),
+    categories=("nodus",),
+    selectable_fields=("status.phase",),
+    list_map_keys={
+        "spec.env": ("name",),
+        "spec.inputs": ("name",),
+        "spec.outputs": ("name",),
+        "spec.sidecars": ("name",),
+        "spec.sidecars.env": ("name",),
+        "spec.secrets": ("name",),
+        "spec.volumes": ("mountPath",),
+        "status.conditions": ("type",),
+    },
+)
+
+__all__ = ["JOB", "JobSpec", "JobStatus", "JobStrategy"]

@@ -1,0 +1,70 @@
+"""The base of every Job model: ``Model`` plus a JSON schema shaped for OpenAPI and Kubernetes.
+
+pydantic renders an optional field as ``anyOf: [<type>, {type: null}]`` with ``default: null`` and a
+generated ``title``. Kubernetes structural schemas have no null type, and an enum or range nested
+inside ``anyOf`` is easy for a converter to lose, so every Job model flattens its optional
+properties to the inner schema (the ``enum``, ``minimum`` or ``pattern`` then sits on the property
+itself, next to its description), drops null defaults and drops titles. A model's description is
+its docstring with the line wrapping undone, so it reads as the reference's sentence.
+
+A property that refers to another model keeps its description beside the ``$ref`` even when it
+repeats the model's docstring (pydantic drops such a repeat), so that a converter which inlines
+references (``nodus.api.schemas``) finds a description on every property. Validation is not
+affected: ``null`` is still accepted where the Python type allows None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict
+from pydantic.config import JsonDict
+
+from nodus.api.kinds.modeling import Model
+
+_NULL = {"type": "null"}
+
+
+def _flatten_optional(prop: dict[str, Any]) -> None:
+    options = prop.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and _NULL in options:
+        inner = options[0] if options[1] == _NULL else options[1]
+        del prop["anyOf"]
+        for key, value in inner.items():
+            prop.setdefault(key, value)
+    if "default" in prop and prop["default"] is None:
+        del prop["default"]
+    prop.pop("title", None)
+
+
+def _shape_schema(schema: JsonDict, cls: type[Any]) -> None:
+    schema.pop("title", None)
+    description = schema.get("description")
+    if isinstance(description, str):
+        schema["description"] = " ".join(description.split())  # a docstring wrapped to the line length
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return
+    descriptions = {field.alias or name: field.description for name, field in cls.model_fields.items()}
+    for name, prop in properties.items():
+        if not isinstance(prop, dict):
+            continue
+        _flatten_optional(prop)
+        if "description" not in prop and descriptions.get(name):
+            prop["description"] = descriptions[name]
+
+
+class JobModel(Model):
+    """Base of the Job spec and status models (camelCase, unknown fields refused, structural schema).
+
+    Only the JSON names are accepted: ``Model`` also accepts Python names (``max_cost_usd``), which
+    would pass validation yet be stored under a key that defaulting, aliases and the cross-field
+    rules (which read the camelCase JSON) never see.
+    """
+
+    model_config = ConfigDict(json_schema_extra=_shape_schema, validate_by_name=False, validate_by_alias=True)
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """The OpenAPI extensions of a list that server-side apply merges by ``keys`` (``x-kubernetes-list-type: map``)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}

@@ -1,0 +1,63 @@
+"""The columns ``kubectl get jobs`` shows (kubectl adds NAME itself, from ``metadata.name``).
+
+Default: PHASE, COMPLETIONS (``succeeded/completions``, e.g. ``0/4``), COST and AGE. With ``-o
+wide`` also REASON, OFFERING and ATTEMPTS.
+
+COST is ``status.cost.totalUSD`` as dollars, exact: at least two decimals and every non-zero digit
+the ledger holds (``12.5`` -> ``$12.50``, ``0.004213`` -> ``$0.004213``, ``1234`` -> ``$1,234.00``),
+because the column is the one place a user sees what a Job cost and rounding a small charge to
+``$0.00`` would hide it. A Job without a charge yet shows ``$0.00``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodus.api.kinds.job.jsonview import as_int, as_object, as_str, child
+from nodus.api.registry import PrinterColumn
+from nodus.apimachinery import units
+
+DEFAULT_COMPLETIONS = 1
+
+
+def completions(obj: dict[str, Any]) -> str:
+    """``succeeded/completions``; a missing count is 0 succeeded, and a missing completions its default, 1."""
+    succeeded = as_int((as_object(obj.get("status")) or {}).get("succeeded")) or 0
+    wanted = as_int((as_object(obj.get("spec")) or {}).get("completions")) or DEFAULT_COMPLETIONS
+    return f"{succeeded}/{wanted}"
+
+
+def cost(obj: dict[str, Any]) -> str:
+    """``status.cost.totalUSD`` as ``$1,234.50``, exact to the micro-dollar; ``$0.00`` before any charge."""
+    total = as_str((child(obj, "status", "cost") or {}).get("totalUSD"))
+    if total is None:
+        return "$0.00"
+    try:
+        amount = units.parse_usd(total)
+    except ValueError:
+        return total  # shown as stored rather than hidden
+    whole, _, fraction = f"{amount:f}".partition(".")
+    return f"${int(whole):,}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
+PRINTER_COLUMNS: tuple[PrinterColumn, ...] = (
+    PrinterColumn("Phase", "string", ".status.phase", "The run-to-completion phase."),
+    PrinterColumn(
+        "Completions",
+        "string",
+        ".status.succeeded",
+        "Indexes that succeeded out of spec.completions.",
+        value=completions,
+    ),
+    PrinterColumn("Cost", "string", ".status.cost.totalUSD", "What has been charged so far, in USD.", value=cost),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the Job was created."),
+    PrinterColumn(
+        "Reason",
+        "string",
+        ".status.reason",
+        "Why the Job failed, stopped for good or is suspended.",
+        priority=1,
+    ),
+    PrinterColumn("Offering", "string", ".status.placement.offering", "Where the current attempt runs.", priority=1),
+    PrinterColumn("Attempts", "integer", ".status.attempts.total", "How many attempts have run.", priority=1),
+)

@@ -1,0 +1,47 @@
+"""``JobStrategy``: the Job's hooks into the generic store's write path.
+
+On create the client's ``status`` is replaced by ``phase: Pending``, aliases are folded
+(``aliases``) and defaults written
+(``defaults``), so the stored spec shows every effective value. On update the old status is carried
+over, and the new spec is canonicalised and defaulted the same way, so an update that omits a
+defaulted field keeps it defaulted instead of reading as a change. Preparers never raise; the
+validators never mutate and return every problem at once (``validation``).
+"""
+
+from __future__ import annotations
+
+from nodus.api.kinds.job import aliases, defaults, notices, validation
+from nodus.api.strategy import Object, Strategy
+from nodus.apimachinery.fieldpath import FieldError
+
+
+class JobStrategy(Strategy):
+    """Create, update and status rules of ``jobs.nodus.dev``."""
+
+    def prepare_for_create(self, obj: Object) -> None:
+        super().prepare_for_create(obj)
+        aliases.canonicalize(obj.get("spec"))
+        defaults.apply_defaults(obj.get("spec"))
+        # The server's first observation (DECISIONS 2): accepted, not yet admitted. Controllers take
+        # it from here through /status.
+        obj["status"] = {"phase": "Pending"}
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        super().prepare_for_update(new, old)
+        aliases.canonicalize(new.get("spec"), old.get("spec"))
+        defaults.apply_defaults(new.get("spec"))
+
+    def validate(self, obj: Object) -> list[FieldError]:
+        return validation.validate_spec(obj)
+
+    def validate_update(self, new: Object, old: Object) -> list[FieldError]:
+        return validation.validate_spec_update(new, old)
+
+    def validate_status(self, obj: Object) -> list[FieldError]:
+        return validation.validate_status(obj)
+
+    def warnings_on_create(self, obj: Object) -> list[str]:
+        return notices.on_create(obj)
+
+    def warnings_on_update(self, new: Object, old: Object) -> list[str]:
+        return notices.on_update(new, old)

@@ -1,0 +1,163 @@
+"""Watch behaviours from Kubernetes' API conformance tests, over HTTP against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.cluster import Cluster
+from tests.support.objects import job, jobs_path
+from tests.support.watching import collect, events, summary
+
+pytestmark = pytest.mark.e2e
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+async def _create(
+    client: httpx.AsyncClient, project: str, name: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    response = await client.post(jobs_path(project), json=job(name, labels=labels))
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def _label(client: httpx.AsyncClient, project: str, name: str, labels: dict[str, str | None]) -> dict[str, Any]:
+    response = await client.patch(jobs_path(project, name), json={"metadata": {"labels": labels}}, headers=MERGE)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def test_watch_by_label_selector(admin_async: httpx.AsyncClient, project: str) -> None:
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    watching = asyncio.create_task(
+        collect(admin_async, jobs_path(project), 3, labelSelector="watch=a", resourceVersion=start)
+    )
+    await _create(admin_async, project, "a1", {"watch": "a"})
+    await _create(admin_async, project, "b1", {"watch": "b"})
+    await _label(admin_async, project, "a1", {"extra": "1"})
+    await admin_async.delete(jobs_path(project, "b1"))
+    await admin_async.delete(jobs_path(project, "a1"))
+    seen = await asyncio.wait_for(watching, 20)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in seen] == [
+        ("ADDED", "a1"),
+        ("MODIFIED", "a1"),
+        ("DELETED", "a1"),
+    ]
+
+
+async def test_watch_from_resource_version_and_rewatch_after_stop(admin_async: httpx.AsyncClient, project: str) -> None:
+    created = await _create(admin_async, project, "rv")
+    first = await _label(admin_async, project, "rv", {"step": "1"})
+    second = await _label(admin_async, project, "rv", {"step": "2"})
+    seen = await collect(admin_async, jobs_path(project), 2, resourceVersion=created["metadata"]["resourceVersion"])
+    assert [summary(e) for e in seen] == [
+        ("MODIFIED", "rv", first["metadata"]["resourceVersion"]),
+        ("MODIFIED", "rv", second["metadata"]["resourceVersion"]),
+    ]
+    # The watch stopped at the second change; what happens next is seen by a watch from there.
+    stopped_at = seen[-1]["object"]["metadata"]["resourceVersion"]
+    third = await _label(admin_async, project, "rv", {"step": "3"})
+    await admin_async.delete(jobs_path(project, "rv"))
+    resumed = await collect(admin_async, jobs_path(project), 2, resourceVersion=stopped_at)
+    assert [summary(e)[:2] for e in resumed] == [("MODIFIED", "rv"), ("DELETED", "rv")]
+    assert resumed[0]["object"]["metadata"]["resourceVersion"] == third["metadata"]["resourceVersion"]
+
+
+async def test_objects_leaving_and_entering_a_selector(admin_async: httpx.AsyncClient, project: str) -> None:
+    await _create(admin_async, project, "mover", {"tier": "gpu"})
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    watching = asyncio.create_task(
+        collect(admin_async, jobs_path(project), 3, labelSelector="tier=gpu", resourceVersion=start)
+    )
+    await _label(admin_async, project, "mover", {"tier": "cpu"})  # leaves
+    await _label(admin_async, project, "mover", {"note": "x"})  # outside: nothing
+    await _label(admin_async, project, "mover", {"tier": "gpu"})  # enters
+    await _label(admin_async, project, "mover", {"note": "y"})  # inside: modified
+    seen = await asyncio.wait_for(watching, 20)
+    assert [e["type"] for e in seen] == ["DELETED", "ADDED", "MODIFIED"]
+    assert seen[0]["object"]["metadata"]["labels"]["tier"] == "cpu"  # the object as it left
+
+
+async def test_initial_events_end_with_a_bookmark(admin_async: httpx.AsyncClient, project: str) -> None:
+    await _create(admin_async, project, "init-a")
+    await _create(admin_async, project, "init-b")
+    out: list[dict[str, Any]] = []
+    async for event in events(
+        admin_async,
+        jobs_path(project),
+        sendInitialEvents=True,
+        allowWatchBookmarks=True,
+        resourceVersionMatch="NotOlderThan",
+        resourceVersion="0",
+    ):
+        out.append(event)
+        if event["type"] == "BOOKMARK":
+            break
+    assert [e["type"] for e in out] == ["ADDED", "ADDED", "BOOKMARK"]
+    assert out[-1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_watch_without_version_starts_with_current_state(admin_async: httpx.AsyncClient, project: str) -> None:
+    await _create(admin_async, project, "present")
+    seen = await collect(admin_async, jobs_path(project), 1)
+    assert summary(seen[0])[:2] == ("ADDED", "present")
+
+
+async def test_timeout_seconds_ends_the_watch(admin_async: httpx.AsyncClient, project: str) -> None:
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    began = asyncio.get_running_loop().time()
+    received = [e async for e in events(admin_async, jobs_path(project), resourceVersion=start, timeoutSeconds=1)]
+    assert received == []
+    assert asyncio.get_running_loop().time() - began < 10
+
+
+async def test_concurrent_watchers_from_successive_versions_agree(
+    admin_async: httpx.AsyncClient, project: str, cluster: Cluster
+) -> None:
+    """100 watchers started at successive resourceVersions during constant writes see the same order."""
+    names = [f"c{i}" for i in range(5)]
+    for name in names:
+        await _create(admin_async, project, name)
+    stop = asyncio.Event()
+    versions: list[str] = []
+
+    async def write() -> None:
+        step = 0
+        while not stop.is_set():
+            obj = await _label(admin_async, project, names[step % len(names)], {"step": str(step)})
+            versions.append(obj["metadata"]["resourceVersion"])
+            step += 1
+
+    writer = asyncio.create_task(write())
+    while len(versions) < 100:
+        await asyncio.sleep(0.02)
+    starts = versions[:100]
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+    async with httpx.AsyncClient(
+        base_url=str(admin_async.base_url), headers=admin_async.headers, verify=cluster.tls(), limits=limits
+    ) as many:
+        await asyncio.sleep(0.5)
+        final_count = len(versions)
+        stop.set()
+        await writer
+        last = versions[-1]
+
+        async def watch_from(rv: str) -> list[str]:
+            seen: list[str] = []
+            async for event in events(many, jobs_path(project), resourceVersion=rv, labelSelector="step"):
+                if event["type"] == "BOOKMARK":
+                    continue
+                seen.append(event["object"]["metadata"]["resourceVersion"])
+                if seen[-1] == last:
+                    return seen
+            return seen
+
+        results = await asyncio.wait_for(asyncio.gather(*(watch_from(rv) for rv in starts)), 120)
+    assert final_count > 100
+    reference = results[0]
+    for start, seen in zip(starts, results, strict=True):
+        assert seen == [v for v in reference if int(v) > int(start)], f"watcher from {start} disagrees"
+        assert seen == [v for v in versions if int(v) > int(start)]

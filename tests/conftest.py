@@ -33,7 +33,9 @@ def database_url(database_server: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def cluster(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[clusters.Cluster]:
-    running = clusters.start(tmp_path_factory.mktemp("cluster"), database_url, migrate=False)
+    running = clusters.start(
+        tmp_path_factory.mktemp("cluster"), database_url, extra_args=("--watch-bookmark-interval", "1s"), migrate=False
+    )
     yield running
     running.stop()
 

@@ -43,7 +43,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _ensure_ca(directory: Path, common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def ensure_ca(directory: Path, common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     cert_path, key_path = directory / "ca.crt", directory / "ca.key"
     if cert_path.exists() and key_path.exists():
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
@@ -133,7 +133,7 @@ def _covers(cert_path: Path, hosts: list[str]) -> bool:
 def ensure_serving(directory: Path, hosts: list[str]) -> ServingFiles:
     """The dev CA and a serving certificate for ``hosts`` under ``directory`` (created as needed)."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca = _ensure_ca(directory, "nodus-dev-ca")
+    ca = ensure_ca(directory, "nodus-dev-ca")
     files = ServingFiles(directory / "ca.crt", directory / "apiserver.crt", directory / "apiserver.key")
     if not (_covers(files.cert, hosts) and files.key.exists()):
         cert, key = issue(ca, "nodus-apiserver", hosts)

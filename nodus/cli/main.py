@@ -46,6 +46,12 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
         help="how long the watch log keeps events; older watches and continue tokens get 410 Expired (default 15m)",
     )
     parser.add_argument("--watch-cache-size", type=int, default=20_000, help="events kept in memory per process")
+    parser.add_argument(
+        "--watch-bookmark-interval",
+        type=_duration,
+        default=timedelta(seconds=10),
+        help="how often an idle watch that allows bookmarks gets one (default 10s)",
+    )
     parser.add_argument("--external-url", default="", help="base URL of the docs links in error responses")
 
 
@@ -56,6 +62,7 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         watch_retention=args.watch_retention,
         watch_cache_capacity=args.watch_cache_size,
         external_url=args.external_url,
+        bookmark_interval=args.watch_bookmark_interval.total_seconds(),
         **extra,  # type: ignore[arg-type]
     )
 

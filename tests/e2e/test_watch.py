@@ -161,3 +161,55 @@ async def test_concurrent_watchers_from_successive_versions_agree(
     for start, seen in zip(starts, results, strict=True):
         assert seen == [v for v in reference if int(v) > int(start)], f"watcher from {start} disagrees"
         assert seen == [v for v in versions if int(v) > int(start)]
+
+
+async def test_bookmarks_carry_the_latest_version(admin_async: httpx.AsyncClient, project: str) -> None:
+    """An idle watch that allows bookmarks gets them (every second on the test server), at versions that
+    only move forward and cover writes to other projects it does not see."""
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    other = f"{project}-other"
+    bookmarks: list[int] = []
+    async for event in events(
+        admin_async, jobs_path(project), resourceVersion=start, allowWatchBookmarks=True, timeoutSeconds=4
+    ):
+        assert event["type"] == "BOOKMARK"
+        assert event["object"]["kind"] == "Job" and set(event["object"]["metadata"]) == {"resourceVersion"}
+        bookmarks.append(int(event["object"]["metadata"]["resourceVersion"]))
+        if len(bookmarks) == 1:
+            await admin_async.post(
+                "/apis/nodus.dev/v1/projects",
+                json={"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": other}, "spec": {}},
+            )
+    assert len(bookmarks) >= 2
+    assert bookmarks == sorted(bookmarks) and bookmarks[-1] > int(start)
+    await admin_async.delete(f"/apis/nodus.dev/v1/projects/{other}")
+
+
+async def test_list_resource_version_semantics(admin_async: httpx.AsyncClient, project: str) -> None:
+    first = await _create(admin_async, project, "v1")
+    rv = first["metadata"]["resourceVersion"]
+    await _create(admin_async, project, "v2")
+    exact = (
+        await admin_async.get(jobs_path(project), params={"resourceVersion": rv, "resourceVersionMatch": "Exact"})
+    ).json()
+    assert [i["metadata"]["name"] for i in exact["items"]] == ["v1"] and exact["metadata"]["resourceVersion"] == rv
+    newer = (
+        await admin_async.get(
+            jobs_path(project), params={"resourceVersion": rv, "resourceVersionMatch": "NotOlderThan"}
+        )
+    ).json()
+    assert [i["metadata"]["name"] for i in newer["items"]] == ["v1", "v2"]
+    future = await admin_async.get(jobs_path(project), params={"resourceVersion": str(int(rv) + 10**9)})
+    assert future.status_code == 504 and future.json()["reason"] == "Timeout"
+    both = await admin_async.get(jobs_path(project), params={"resourceVersionMatch": "Exact"})
+    assert both.status_code == 400
+
+
+async def test_deletecollection_with_a_selector(admin_async: httpx.AsyncClient, project: str) -> None:
+    for name, team in (("d1", "a"), ("d2", "a"), ("d3", "b")):
+        await _create(admin_async, project, name, {"team": team})
+    response = await admin_async.delete(jobs_path(project), params={"labelSelector": "team=a"})
+    assert response.status_code == 200
+    assert sorted(i["metadata"]["name"] for i in response.json()["items"]) == ["d1", "d2"]
+    left = (await admin_async.get(jobs_path(project))).json()["items"]
+    assert [i["metadata"]["name"] for i in left] == ["d3"]

@@ -1,0 +1,86 @@
+"""`nodus dev`: one command gives a working system, a kubeconfig, and keeps objects across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodus.storage import database
+from tests.support import kubectl
+from tests.support.cluster import free_port
+from tests.support.objects import job
+
+pytestmark = pytest.mark.e2e
+
+
+def _start(data_dir: Path, port: int, database_url: str | None) -> tuple[subprocess.Popen[str], str]:
+    env = {k: v for k, v in os.environ.items() if k != "NODUS_DATABASE_URL"}
+    args = [sys.executable, "-m", "nodus.cli.main", "dev", "--data-dir", str(data_dir), "--port", str(port)]
+    if database_url:
+        args += ["--database-url", database_url]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if "export KUBECONFIG=" in line:
+            return process, line
+        if len(lines) > 200:
+            break
+    process.kill()
+    raise AssertionError("nodus dev did not announce itself:\n" + "".join(lines))
+
+
+def _stop(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        if process.stdout:
+            process.stdout.close()
+    return code
+
+
+def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) -> None:
+    process, announcement = _start(data_dir, port, url)
+    try:
+        config = data_dir.resolve() / "kubeconfig"
+        assert f"https://127.0.0.1:{port}" in announcement and f"export KUBECONFIG={config}" in announcement
+        projects = kubectl.run(kubectl_binary, config, "get", "projects").stdout
+        assert "default" in projects
+        kubectl.run(kubectl_binary, config, "apply", "-f", "-", stdin=yaml.safe_dump(job("survivor")))
+    finally:
+        assert _stop(process) == 0
+    process, _ = _start(data_dir, port, url)
+    try:
+        out = kubectl.run(kubectl_binary, data_dir.resolve() / "kubeconfig", "get", "jobs").stdout
+        assert "survivor" in out, "objects must survive a restart on the same data dir"
+    finally:
+        assert _stop(process) == 0
+
+
+def test_dev_with_a_database_url(database_server: str, tmp_path: Path, kubectl_binary: Path) -> None:
+    url = asyncio.run(database.create_database(database_server))
+    try:
+        _exercise(tmp_path / "data", free_port(), url, kubectl_binary)
+    finally:
+        asyncio.run(database.drop_database(url))
+
+
+def test_dev_with_the_embedded_database(tmp_path: Path, kubectl_binary: Path) -> None:
+    data_dir = Path(f"/tmp/nodus-dev-{os.getpid()}")  # short: PostgreSQL's socket path is limited
+    try:
+        _exercise(data_dir, free_port(), None, kubectl_binary)
+        leftovers = subprocess.run(
+            ["pgrep", "-f", str(data_dir / "postgres")], check=False, capture_output=True, text=True
+        )
+        assert leftovers.stdout.strip() == "", "the embedded PostgreSQL must stop with nodus dev"
+    finally:
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)

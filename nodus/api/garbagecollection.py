@@ -27,7 +27,8 @@ from typing import Any
 from nodus.api.auth.principal import ADMIN_GROUP, Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
-from nodus.api.store import FOREGROUND, ORPHAN, PROJECT_FINALIZER, GenericStore
+from nodus.api.kinds.project import PROJECT_FINALIZER
+from nodus.api.store import FOREGROUND, ORPHAN, GenericStore
 from nodus.storage.leadership import Leadership
 
 log = logging.getLogger(__name__)

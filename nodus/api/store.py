@@ -34,7 +34,6 @@ PatchFunction = Callable[[Object], Object]
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
-PROJECT_FINALIZER = "nodus.dev/project-contents"
 _GENERATE_NAME_TRIES = 8
 _PATCH_RETRIES = 16
 
@@ -151,10 +150,6 @@ class GenericStore:
             metadata["name"] = objectmeta.generate_name(prefix)
         objectmeta.stamp_new(metadata)
         self.strategy.prepare_for_create(obj)
-        if not self.info.namespaced and self.info.kind == "Project":
-            finalizers = metadata.setdefault("finalizers", [])
-            if PROJECT_FINALIZER not in finalizers:
-                finalizers.append(PROJECT_FINALIZER)
         self._validate(obj, None)
         await self._admit(obj)
         for message in self.strategy.warnings_on_create(obj):
@@ -240,21 +235,8 @@ class GenericStore:
                     )
                 ],
             )
-        old = await self.get(namespace, name)
-        if str(rv) != old["metadata"]["resourceVersion"]:
-            raise self._conflict(name)
-        new = self._prepare_update(new, old, subresource)
-        self._check_finalizers(new, old)
-        self._validate(new, old, subresource)
-        for message in self.strategy.warnings_on_update(new, old) if not subresource else []:
-            ctx.warn(message)
-        self._own(old, new, ctx, subresource)
-        try:
-            return await self._write(new, old, ctx)
-        except storage_errors.Conflict:
-            raise self._conflict(name) from None
-        except storage_errors.NotFound:
-            raise self._not_found(name) from None
+        # The body's resourceVersion is the precondition: a replacement is a patch that never retries.
+        return await self.patch(namespace, name, lambda _: new, ctx, subresource)
 
     async def patch(
         self,
@@ -310,8 +292,6 @@ class GenericStore:
                 finalizers.append(FOREGROUND)
             elif policy == "Orphan" and ORPHAN not in finalizers:
                 finalizers.append(ORPHAN)
-            if policy in ("Foreground", "Orphan") and metadata.get("deletionTimestamp") is None:
-                pass
             key = self.key(namespace, name)
             expected = int(old["metadata"]["resourceVersion"])
             try:

@@ -52,10 +52,25 @@ class ProjectStatus(Model):
     )
 
 
+PROJECT_FINALIZER = "nodus.dev/project-contents"
+
+
 class ProjectStrategy(Strategy):
     def prepare_for_create(self, obj: Object) -> None:
         super().prepare_for_create(obj)
         obj.setdefault("spec", {})
+        finalizers = obj["metadata"].setdefault("finalizers", [])
+        if PROJECT_FINALIZER not in finalizers:
+            finalizers.append(PROJECT_FINALIZER)
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        super().prepare_for_update(new, old)
+        # The contents finalizer may only go once the project is being deleted (the garbage
+        # collector lifts it when the project is empty); otherwise deleting would strand its objects.
+        had = PROJECT_FINALIZER in (old["metadata"].get("finalizers") or [])
+        finalizers = new["metadata"].setdefault("finalizers", [])
+        if had and not old["metadata"].get("deletionTimestamp") and PROJECT_FINALIZER not in finalizers:
+            finalizers.append(PROJECT_FINALIZER)
 
     def validate(self, obj: Object) -> list[FieldError]:
         _, errors = validate_model(ProjectSpec, obj.get("spec", {}), Path("spec"))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +13,6 @@ import asyncpg
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +33,22 @@ def asyncpg_dsn(url: str) -> str:
     return f"postgresql://{rest}" if scheme.startswith("postgres") else url
 
 
-def create_engine(url: str, pool_size: int = 20) -> AsyncEngine:
-    """An async engine whose connections are asyncpg connections, with JSON left as text."""
-    return create_async_engine(
-        sqlalchemy_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=False,
-        pool_recycle=3600,
-        # JSONB columns (labels) arrive decoded; bodies are TEXT and arrive as stored.
-        json_deserializer=orjson.loads,
-        # Connections come back with no open transaction (every use is a `conn.transaction()` block
-        # or a single statement), so the pool's rollback-on-return round trip is not needed.
-        pool_reset_on_return=None,
-        connect_args={"server_settings": {"application_name": "nodus"}},
+async def _setup_connection(conn: asyncpg.Connection) -> None:
+    # JSONB columns (labels) arrive decoded; bodies are TEXT and arrive exactly as stored.
+    await conn.set_type_codec("jsonb", encoder=lambda text: text, decoder=orjson.loads, schema="pg_catalog")
+
+
+async def create_pool(url: str, size: int = 20) -> asyncpg.Pool:
+    """The connection pool of the request path (see ADR 0003)."""
+    pool = await asyncpg.create_pool(
+        asyncpg_dsn(url),
+        min_size=min(2, size),
+        max_size=size,
+        init=_setup_connection,
+        server_settings={"application_name": "nodus"},
     )
+    assert pool is not None
+    return pool
 
 
 def alembic_config(url: str) -> Config:
@@ -112,18 +110,3 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
-
-
-@asynccontextmanager
-async def driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
-    """Check an asyncpg connection out of SQLAlchemy's pool for the hot paths.
-
-    SQLAlchemy owns pooling, configuration and the schema; the statements on the request path run
-    on the driver connection directly, with asyncpg's prepared-statement cache, so that a batch of
-    writes costs one round trip per write and nothing more.
-    """
-    async with engine.connect() as connection:
-        raw = await connection.get_raw_connection()
-        driver = raw.driver_connection
-        assert driver is not None
-        yield driver

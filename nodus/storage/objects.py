@@ -15,11 +15,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import orjson
 
 from nodus.storage import database
 from nodus.storage.committing import Committer, Write
-from nodus.storage.errors import Key
+from nodus.storage.errors import Key, StorageError
 from nodus.storage.listing import ListCursor, ListQuery
 from nodus.storage.watchcache import WatchCache
 
@@ -62,15 +63,19 @@ class Storage:
         self.url = url
         self.retention = retention
         self._compaction_interval = compaction_interval
-        self.engine = database.create_engine(url, pool_size=pool_size)
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
         self.committer = Committer(self._connection)
         self.watch_cache = WatchCache(database.asyncpg_dsn(url), self._connection, watch_cache_capacity)
         self._compactor: asyncio.Task[None] | None = None
 
     def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        return database.driver_connection(self.engine)
+        if self._pool is None:
+            raise StorageError("storage is not started")
+        return self._pool.acquire()  # type: ignore[no-any-return]
 
     async def start(self) -> None:
+        self._pool = await database.create_pool(self.url, self._pool_size)
         self.committer.start()
         await self.watch_cache.start()
         self._compactor = asyncio.get_running_loop().create_task(self._compact_forever(), name="nodus-compactor")
@@ -82,7 +87,9 @@ class Storage:
                 await self._compactor
         await self.watch_cache.stop()
         await self.committer.stop()
-        await self.engine.dispose()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     # --- reads ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ Structural problems (a keyed list item without its key, a duplicate key in an ap
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,6 +131,7 @@ class ListTypes:
         return indexed
 
 
+@functools.lru_cache(maxsize=8192)
 def schema_path_of(path: Path) -> str:
     """``spec.sidecars.env`` for ``.spec.sidecars[name="a"].env``: the dotted form :class:`ListTypes` is keyed by."""
     return ".".join(element.name for element in path if element.kind == FIELD)

@@ -19,6 +19,7 @@ validation reports it), so this module never raises.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
@@ -40,17 +41,24 @@ def apply_defaults(spec: object) -> None:
         checkpoint["format"] = "Dcp" if as_object(obj.get("distributed")) is not None else "Snapshot"
 
 
-def _write_declared_defaults(model: type[BaseModel], obj: JSONObject) -> None:
+@functools.cache
+def _plan(model: type[BaseModel]) -> tuple[tuple[str, Any, type[BaseModel] | None, bool], ...]:
+    """Per field of ``model``: its JSON key, declared default, nested model and whether it is a list of
+    them. Read from the model once, not on every request."""
+    steps = []
     for name, field in model.model_fields.items():
-        key = field.alias or name
-        if obj.get(key) is None:
-            default = _declared_default(field)
-            if default is not None:
-                obj[key] = default
         nested = _nested_model(field.annotation)
-        if nested is None:
+        steps.append((field.alias or name, _declared_default(field), *(nested or (None, False))))
+    return tuple(steps)
+
+
+def _write_declared_defaults(model: type[BaseModel], obj: JSONObject) -> None:
+    for key, default, nested_model, is_list in _plan(model):
+        if default is not None and obj.get(key) is None:
+            # Lists and objects are copied so that requests never share (and mutate) one default.
+            obj[key] = copy.deepcopy(default) if isinstance(default, dict | list) else default
+        if nested_model is None:
             continue
-        nested_model, is_list = nested
         if is_list:
             for _, item in objects(obj.get(key)):
                 _write_declared_defaults(nested_model, item)

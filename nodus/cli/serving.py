@@ -1,8 +1,11 @@
-"""Serving the API over HTTPS with uvicorn, with the client certificate visible to the app.
+"""Serving the API over HTTPS with uvicorn, with the connection visible to the app.
 
 uvicorn does not pass a TLS client certificate to the application, which requestheader
 authentication needs; the protocol subclass here records the verified peer certificate of each
-connection in the request state (``scope["state"]["peer_certificate"]``, DER bytes).
+connection in the request state (``scope["state"]["peer_certificate"]``, DER bytes). It also records
+the connection's transport (``scope["state"]["transport"]``), which caught-up watches write their
+events to directly (``nodus.api.http.watches``): the fan-out of one event to many watchers is then
+one loop of writes instead of a task woken per watcher.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ class PeerCertificateProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-typ
         super().connection_made(transport)
         ssl_object = transport.get_extra_info("ssl_object")
         peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        # uvicorn copies app_state into every request's scope["state"]: per connection here.
+        self.app_state = {**self.app_state, "transport": transport}
         if peer:
-            # uvicorn copies app_state into every request's scope["state"]: per connection here.
-            self.app_state = {**self.app_state, "peer_certificate": peer}
+            self.app_state["peer_certificate"] = peer
 
 
 @dataclass(frozen=True)

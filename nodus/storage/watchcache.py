@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import orjson
@@ -84,6 +84,15 @@ def _event(record: asyncpg.Record) -> Event:
 ConnectionFactory = Callable[[], Any]
 
 
+class Subscriber(Protocol):
+    """A live watcher fed synchronously by the pump (see :meth:`WatchCache.subscribe`)."""
+
+    kind: str
+
+    def deliver(self, event: Event) -> bool:
+        """Take one event of ``kind``; return False to be unsubscribed (the watcher is gone or too slow)."""
+
+
 class WatchCache:
     """See the module docstring. ``head`` is the newest resourceVersion every cursor can reach."""
 
@@ -107,6 +116,7 @@ class WatchCache:
         self._wake = asyncio.Event()
         self._changed: asyncio.Future[None] | None = None
         self._listener: asyncpg.Connection | None = None
+        self._subscribers: dict[str, set[Subscriber]] = {}
         self._task: asyncio.Task[None] | None = None
         self.events_read = 0
 
@@ -163,12 +173,42 @@ class WatchCache:
                     event = _event(record)
                     self._events.append(event)
                     self._rvs.append(event.rv)
+                    self._deliver(event)
                 self.head = self._rvs[-1]
                 self.events_read += len(records)
                 self._trim()
                 self._signal()
                 if len(records) < self._read_batch:
                     return
+
+    def _deliver(self, event: Event) -> None:
+        subscribers = self._subscribers.get(event.kind)
+        if not subscribers:
+            return
+        for subscriber in list(subscribers):
+            try:
+                keep = subscriber.deliver(event)
+            except Exception:
+                log.exception("a watcher failed to take an event; dropping it")
+                keep = False
+            if not keep:
+                subscribers.discard(subscriber)
+
+    def subscribe(self, subscriber: Subscriber, position: int) -> bool:
+        """Feed ``subscriber`` every later event of its kind, synchronously as the pump reads them.
+
+        Only a watcher that has caught up may subscribe: ``position`` (the last event it saw) must be the
+        head, which is checked and registered in one step so that no event can fall in between. Returns
+        False (and subscribes nothing) when the watcher is behind; it should read on with :meth:`stream`.
+        This is the fan-out path: one loop over subscribers per event, no task woken per watcher.
+        """
+        if position != self.head:
+            return False
+        self._subscribers.setdefault(subscriber.kind, set()).add(subscriber)
+        return True
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.get(subscriber.kind, set()).discard(subscriber)
 
     def _trim(self) -> None:
         excess = len(self._events) - self._capacity

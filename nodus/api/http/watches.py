@@ -10,13 +10,14 @@ watcher so far behind that its position left the log) arrive as an ERROR event w
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from nodus.api import tables
 from nodus.api.errors import APIError, expired
@@ -30,6 +31,7 @@ from nodus.storage import errors as storage_errors
 from nodus.storage.watchcache import Event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,161 @@ class _Encoder:
         return _line("BOOKMARK", {"kind": self.info.kind, "apiVersion": API_VERSION, "metadata": metadata})
 
 
+class _LiveWatcher:
+    """A caught-up watcher that the watch cache feeds directly: each event it sees is framed as an HTTP
+    chunk and written to the connection's transport in the pump's own loop, with no task woken per
+    watcher. A client that stops reading is cut off once its unsent bytes pass ``MAX_BUFFERED``."""
+
+    MAX_BUFFERED = 16 * 1024 * 1024
+
+    def __init__(self, kind: str, watch_filter: WatchFilter, encoder: _Encoder, transport: Any, sent: Any) -> None:
+        self.kind = kind
+        self._filter = watch_filter
+        self._encoder = encoder
+        self._transport = transport
+        self._sent = sent
+        self.gone = asyncio.Event()
+
+    def write(self, data: bytes) -> bool:
+        transport = self._transport
+        if transport.is_closing():
+            self.gone.set()
+            return False
+        if transport.get_write_buffer_size() > self.MAX_BUFFERED:
+            transport.abort()  # a watcher that does not read must not hold the server's memory
+            self.gone.set()
+            return False
+        transport.write(b"%x\r\n%s\r\n" % (len(data), data))  # HTTP/1.1 chunk, as uvicorn frames them
+        return True
+
+    def deliver(self, event: Event) -> bool:
+        kind = self._filter.classify(event)
+        if kind is None:
+            return True
+        self._sent.inc()
+        return self.write(self._encoder.event(kind, event))
+
+
+class WatchResponse(Response):
+    """An ASGI response that streams a watch until its timeout, the client leaving, or an error.
+
+    The stream starts with the initial events (if any), then reads the watch cache from the start version
+    until it has caught up. On a real connection (uvicorn with Nodus's protocol, which exposes the transport)
+    a caught-up JSON watch then subscribes to the cache and is fed in the pump's loop; otherwise (Tables,
+    in-process test transports) it keeps reading the cache itself.
+    """
+
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__(status_code=200, media_type="application/json")
+        self._watch = watch
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"cache-control", b"no-cache, private"),
+        ]})  # fmt: skip
+        transport = scope.get("state", {}).get("transport")
+        body = asyncio.ensure_future(self._watch.run(send, transport))
+        disconnect = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({body, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            client_left = disconnect.done()
+            for task in (body, disconnect):
+                task.cancel()
+            for task in (body, disconnect):
+                with contextlib.suppress(asyncio.CancelledError):
+                    try:
+                        await task
+                    except Exception:
+                        log.exception("watch %s failed", self._watch.request_id)
+        if not client_left:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+@dataclass
+class _Watch:
+    server: APIServer
+    info: KindInfo
+    watch_filter: WatchFilter
+    options: ListOptions
+    encoder: _Encoder
+    initial: list[str]
+    start: int
+    timeout: float
+    error: APIError | None
+    docs_base: str
+    request_id: str
+
+    async def run(self, send: Any, transport: Any) -> None:
+        async def chunk(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        if self.error is not None:
+            await chunk(_line("ERROR", self.error.status_body(self.request_id, self.docs_base)))
+            return
+        server, options, encoder = self.server, self.options, self.encoder
+        cache = server.storage.watch_cache
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        interval = server.settings.bookmark_interval
+        sent = server.metrics.watch_events.labels(self.info.plural)
+        watchers = server.metrics.watchers.labels(self.info.plural)
+        watchers.inc()
+        live: _LiveWatcher | None = None
+        try:
+            for text in self.initial:
+                if encoder.table:
+                    await chunk(encoder.object("ADDED", orjson.loads(text)))
+                else:
+                    await chunk(b'{"type":"ADDED","object":' + text.encode() + b"}\n")
+            if options.send_initial_events:
+                await chunk(encoder.bookmark(self.start, initial_end=True))
+            position, last_bookmark = self.start, loop.time()
+            idle = max(0.05, min(self.timeout, interval if options.allow_bookmarks else self.timeout))
+            fast = transport is not None and not encoder.table
+            async for event in cache.stream(self.start, idle):
+                now = loop.time()
+                if now >= deadline:
+                    return
+                if event is not None:
+                    position = event.rv
+                    kind = self.watch_filter.classify(event)
+                    if kind is not None:
+                        sent.inc()
+                        await chunk(encoder.event(kind, event))
+                if options.allow_bookmarks and now - last_bookmark >= interval:
+                    last_bookmark = now
+                    await chunk(encoder.bookmark(position))
+                if fast and position == cache.head:
+                    candidate = _LiveWatcher(self.info.kind, self.watch_filter, encoder, transport, sent)
+                    if cache.subscribe(candidate, position):
+                        live = candidate
+                        break
+            if live is None:
+                return
+            while not live.gone.is_set():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                wait = min(remaining, interval) if options.allow_bookmarks else remaining
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(live.gone.wait(), wait)
+                if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
+                    live.write(encoder.bookmark(cache.head))
+        except storage_errors.Expired as exc:
+            error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
+            await chunk(_line("ERROR", error.status_body(self.request_id, self.docs_base)))
+        finally:
+            if live is not None:
+                cache.unsubscribe(live)
+            watchers.dec()
+
+
 async def respond_watch(
     server: APIServer,
     info: KindInfo,
@@ -124,7 +281,7 @@ async def respond_watch(
     representation: Representation,
     docs_base: str,
     request_id: str,
-) -> Response:
+) -> WatchResponse:
     cache = server.storage.watch_cache
     fields = options.fields
     if name is not None:
@@ -149,63 +306,17 @@ async def respond_watch(
         start = int(rv) if rv not in ("", "0") else await server.storage.current_rv()
         if start > cache.head and not await cache.wait_for_head(start, 3.0):
             raise _too_large(start, cache.head)
-    stream_error: APIError | None = None
+    error: APIError | None = None
     try:
         await cache.check(start)
     except storage_errors.Expired as exc:
-        stream_error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
+        error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
     if start > cache.head:
         await cache.wait_for_head(start, 3.0)
-
-    timeout = (
-        float(options.timeout_seconds)
-        if options.timeout_seconds
-        else server.settings.default_watch_timeout * (1 + random.random())
-    )
-    interval = server.settings.bookmark_interval
+    if options.timeout_seconds:
+        timeout = float(options.timeout_seconds)
+    else:  # spread reconnects like kube-apiserver: between one and two default timeouts
+        timeout = server.settings.default_watch_timeout * (1 + random.random())
     encoder = _Encoder(info, representation, options.include_object)
-    metrics = server.metrics
-
-    async def body() -> AsyncIterator[bytes]:
-        if stream_error is not None:
-            yield _line("ERROR", stream_error.status_body(request_id, docs_base))
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        metrics.watchers.labels(info.plural).inc()
-        try:
-            for text in initial:
-                yield (
-                    encoder.object("ADDED", orjson.loads(text))
-                    if encoder.table
-                    else (b'{"type":"ADDED","object":' + text.encode() + b"}\n")
-                )
-            if options.send_initial_events:
-                yield encoder.bookmark(start, initial_end=True)
-            position, last_bookmark = start, loop.time()
-            idle = max(0.05, min(timeout, interval if options.allow_bookmarks else timeout))
-            async for event in cache.stream(start, idle):
-                now = loop.time()
-                if now >= deadline:
-                    return
-                if event is not None:
-                    position = event.rv
-                    kind = watch_filter.classify(event)
-                    if kind is not None:
-                        metrics.watch_events.labels(info.plural).inc()
-                        yield encoder.event(kind, event)
-                        continue
-                if options.allow_bookmarks and now - last_bookmark >= interval:
-                    last_bookmark = now
-                    yield encoder.bookmark(position)
-        except storage_errors.Expired as exc:
-            yield _line(
-                "ERROR",
-                expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})").status_body(
-                    request_id, docs_base
-                ),
-            )
-        finally:
-            metrics.watchers.labels(info.plural).dec()
-
-    return StreamingResponse(body(), media_type="application/json")
+    return WatchResponse(_Watch(server, info, watch_filter, options, encoder, initial, start, timeout, error,
+                                docs_base, request_id))  # fmt: skip

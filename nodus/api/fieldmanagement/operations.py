@@ -135,8 +135,8 @@ def update_managed_fields(
     try:
         managed = record_update(
             managed,
-            _without_managed_fields(old) if old is not None else {},
-            _without_managed_fields(new),
+            _view_without_managed_fields(old) if old is not None else {},
+            _view_without_managed_fields(new),
             manager=manager,
             api_version=api_version,
             now=now,
@@ -262,6 +262,17 @@ def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(metadata, dict):
         metadata.pop("managedFields", None)
     return copied
+
+
+def _view_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """A read-only view of ``obj`` without managedFields: only the two dicts on the way are copied.
+
+    For the comparisons of ``update_managed_fields``, which never write into the objects; copying the
+    whole object there cost more than the comparison itself."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
 
 
 def _managed_fields_of(obj: dict[str, Any] | None) -> object:

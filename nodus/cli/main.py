@@ -10,9 +10,13 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import Any
+
+import uvloop
 
 from nodus.api.auth.requestheader import RequestHeaderConfig
 from nodus.api.server import APIServer
@@ -91,6 +95,12 @@ def _admin_token(path: Path) -> str:
     return first
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run a server on uvloop (``asyncio.run`` would ignore uvicorn's loop setting)."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
 def _terminate(signum: int, _: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -112,7 +122,7 @@ def dev(args: argparse.Namespace) -> None:
         kubeconfig.write(data_dir / "kubeconfig", server_url, files.ca_cert, _admin_token(token_file))
         server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)))
         listener = Listener(args.host, args.port, files.cert, files.key)
-        asyncio.run(_serve_announced(server, listener, server_url, data_dir / "kubeconfig"))
+        _run(_serve_announced(server, listener, server_url, data_dir / "kubeconfig"))
     finally:
         if embedded is not None:
             embedded.stop()
@@ -155,7 +165,7 @@ def apiserver(args: argparse.Namespace) -> None:
     print(
         f"Nodus API server serving on {'https' if args.tls_cert_file else 'http'}://{args.host}:{args.port}", flush=True
     )
-    asyncio.run(serve(APIServer(settings), listener))
+    _run(serve(APIServer(settings), listener))
 
 
 def migrate(args: argparse.Namespace) -> None:

@@ -38,7 +38,7 @@ class ListQuery:
     at_rv: int | None = None
 
 
-Row = tuple[str, str, str]  # namespace, name, body (JSON text)
+Row = tuple[str, str, bytes]  # namespace, name, body (the stored JSON, as UTF-8 bytes ready to send)
 
 
 class ListCursor:
@@ -107,7 +107,10 @@ class ListCursor:
         params = Params()
         source = self._source(params)
         where = self._where(params, after)
-        sql = f"SELECT namespace, name, body FROM {source} WHERE {where} ORDER BY namespace, name"
+        # Bodies leave the database as bytes (bytea), so a streamed list joins them without re-encoding.
+        sql = (
+            f"SELECT namespace, name, convert_to(body, 'UTF8') FROM {source} WHERE {where} ORDER BY namespace, name"
+        )
         if limit is not None:
             sql += f" LIMIT {params.add(limit)}"
         return sql, params.values

@@ -52,6 +52,7 @@ class Event:
     prev_phase: str | None
     _object: dict[str, Any] | None = None
     _line: bytes | None = None
+    _chunk: bytes | None = None
 
     def object(self) -> dict[str, Any]:
         """The object, decoded once. Callers must not mutate it."""
@@ -64,6 +65,13 @@ class Event:
         if self._line is None:
             self._line = b'{"type":"' + self.type.encode() + b'","object":' + self.body + b"}\n"
         return self._line
+
+    def chunk(self) -> bytes:
+        """:meth:`line` framed as an HTTP/1.1 chunk, built once for every watcher that writes it."""
+        if self._chunk is None:
+            line = self.line()
+            self._chunk = b"%x\r\n%s\r\n" % (len(line), line)
+        return self._chunk
 
 
 def _event(record: asyncpg.Record) -> Event:

@@ -134,10 +134,12 @@ async def _stream(server: APIServer, info: KindInfo, query: ListQuery) -> Respon
 
     async def body() -> AsyncIterator[bytes]:
         yield head
-        separator = b""
+        first = True
         async for batch in cursor.batches():
-            yield separator + b",".join(row[2].encode() for row in batch)
-            separator = b","
+            if not first:
+                yield b","
+            first = False
+            yield b",".join(row[2] for row in batch)
         yield b"]}"
 
     return ClosingStreamingResponse(body(), stack, media_type="application/json")

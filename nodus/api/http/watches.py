@@ -132,6 +132,9 @@ class _LiveWatcher:
         self.gone = asyncio.Event()
 
     def write(self, data: bytes) -> bool:
+        return self._write_chunk(b"%x\r\n%s\r\n" % (len(data), data))  # HTTP/1.1 chunk, as uvicorn frames them
+
+    def _write_chunk(self, chunk: bytes) -> bool:
         transport = self._transport
         if transport.is_closing():
             self.gone.set()
@@ -140,7 +143,7 @@ class _LiveWatcher:
             transport.abort()  # a watcher that does not read must not hold the server's memory
             self.gone.set()
             return False
-        transport.write(b"%x\r\n%s\r\n" % (len(data), data))  # HTTP/1.1 chunk, as uvicorn frames them
+        transport.write(chunk)
         return True
 
     def deliver(self, event: Event) -> bool:
@@ -148,6 +151,8 @@ class _LiveWatcher:
         if kind is None:
             return True
         self._sent.inc()
+        if kind == event.type:  # the common case: the event's own bytes, framed once for everyone
+            return self._write_chunk(event.chunk())
         return self.write(self._encoder.event(kind, event))
 
 
@@ -199,7 +204,7 @@ class _Watch:
     watch_filter: WatchFilter
     options: ListOptions
     encoder: _Encoder
-    initial: list[str]
+    initial: list[bytes]
     start: int
     timeout: float
     error: APIError | None
@@ -227,7 +232,7 @@ class _Watch:
                 if encoder.table:
                     await chunk(encoder.object("ADDED", orjson.loads(text)))
                 else:
-                    await chunk(b'{"type":"ADDED","object":' + text.encode() + b"}\n")
+                    await chunk(b'{"type":"ADDED","object":' + text + b"}\n")
             if options.send_initial_events:
                 await chunk(encoder.bookmark(self.start, initial_end=True))
             position, last_bookmark = self.start, loop.time()
@@ -295,7 +300,7 @@ async def respond_watch(
         options.labels,
         fields,
     )
-    initial: list[str] = []
+    initial: list[bytes] = []
     rv = options.resource_version
     if options.send_initial_events or (rv in ("", "0") and options.send_initial_events is None):
         query = await build_query(server, info, namespace, ListOptions(**{**options.__dict__, "limit": None}), readable)

@@ -1,0 +1,194 @@
+"""Run the benchmarks, print a table and write ``bench/results/latest.json``.
+
+    python -m bench.run [--quick] [--only create|watch|list ...] [--profile DIR]
+
+``--quick`` (under two minutes) runs fewer rounds and events; ``--profile DIR`` records each measured
+phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into DIR as collapsed
+stacks (``python -m bench.common DIR/*.txt`` summarises them); profiling slows the server, so its
+numbers are not the benchmark's. See ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common, create_throughput, list_large, watch_latency
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BENCHMARKS = ("create", "watch", "list")
+
+
+def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
+    if quick:
+        return {
+            "create": {"rounds": 1, "count": 1000, "warmup": 100, "tls": False},
+            "watch": {"rounds": 1, "events": 40, "interval": 0.1, "large_events": 20, "floor_events": 20, "skip": 3},
+            "list": {"jobs": 10_000, "rounds": 5, "memory_rounds": 1},
+        }
+    return {
+        "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
+        "watch": {"rounds": 3, "events": 120, "interval": 0.1, "large_events": 60, "large_interval": 0.25},
+        "list": {"jobs": 10_000, "rounds": 11, "memory_rounds": 3},
+    }
+
+
+async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
+    params = _parameters(quick)
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "server_tree_modified": bool(_git("status", "--porcelain", "nodus")),
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load_before": os.getloadavg()},
+        "quick": quick,
+        "parameters": {name: params[name] for name in only},
+    }
+    if "create" in only:
+        started = time.monotonic()
+        results["create"] = await create_throughput.run(workdir / "create", **params["create"])
+        results["create"]["seconds"] = time.monotonic() - started
+    if "watch" in only:
+        started = time.monotonic()
+        results["watch"] = await watch_latency.run(workdir / "watch", **params["watch"])
+        results["watch"]["seconds"] = time.monotonic() - started
+    if "list" in only:
+        started = time.monotonic()
+        results["list"] = await list_large.run(workdir / "list", **params["list"])
+        results["list"]["seconds"] = time.monotonic() - started
+    for name in only:
+        results.setdefault("postgres", results[name].pop("postgres", None))
+    results["machine"]["load_after"] = os.getloadavg()
+    return results
+
+
+def _git(*args: str) -> str:
+    """Read-only facts about the tree being measured (commit, local changes)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def _verdict(met: bool | None) -> str:
+    return "-" if met is None else ("met" if met else "NOT met")
+
+
+def table(results: dict[str, Any]) -> str:
+    rows: list[tuple[str, str, str, str, str, str]] = [
+        ("benchmark", "Nodus API", "raw baseline", "ratio", "target", "verdict")
+    ]
+    if "create" in results:
+        c = results["create"]
+        rows.append(
+            (
+                f"create Jobs/s, {c['connections']} conns (HTTP)",
+                f"{c['api']['throughput']:.0f}/s",
+                f"{c['raw']['throughput']:.0f}/s",
+                f"{c['ratio']:.3f}",
+                f">= {c['target']:.2f}",
+                _verdict(c["met"]),
+            )
+        )
+        if "api_tls" in c:
+            rows.append(("create Jobs/s (HTTPS)", f"{c['api_tls']['throughput']:.0f}/s", "", "", "", ""))
+    if "watch" in results:
+        w = results["watch"]
+        raw = w["raw"]
+        for count, entry in w["api"].items():
+            target = entry["target_p99_ratio"]
+            rows.append(
+                (
+                    f"watch p99 ms, {count} watcher(s)",
+                    f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
+                    f"{raw['p99_ms']:.2f} (p50 {raw['p50_ms']:.2f})",
+                    f"{entry['p99_ratio']:.1f}",
+                    f"<= {target:.0f}x" if target else "",
+                    _verdict(entry["met"]),
+                )
+            )
+        for count, entry in w.get("floor", {}).items():
+            rows.append(
+                (
+                    f"  floor p99 ms, {count} (no DB)",
+                    f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
+                    "",
+                    "",
+                    "",
+                    "",
+                )
+            )
+    if "list" in results:
+        li = results["list"]
+        rows.append(
+            (
+                f"LIST {li['jobs']} Jobs, seconds",
+                f"{li['api_s']:.3f}",
+                f"{li['raw_s']:.3f}",
+                f"{li['ratio']:.2f}",
+                f"<= {li['target']:.1f}x",
+                _verdict(li["met"]),
+            )
+        )
+        memory = li["memory"]
+        if "1" in memory and "8" in memory:
+            rows.append(
+                (
+                    "LIST RSS growth MiB, 1 vs 8 lists",
+                    f"{memory['1']['growth_mib']:.1f} vs {memory['8']['growth_mib']:.1f}",
+                    f"(document {li['list_bytes'] / 2**20:.1f} MiB)",
+                    f"{li['memory_growth_8_vs_1']:.1f}",
+                    "flat",
+                    _verdict(li["memory_growth_8_vs_1"] <= 2.0),
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and events (under two minutes)")
+    parser.add_argument("--only", action="append", choices=BENCHMARKS, help="run only this benchmark (repeatable)")
+    parser.add_argument("--profile", type=Path, help="record the server with py-spy into this directory")
+    parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.profile:
+        if not (os.environ.get("NODUS_BENCH_PYSPY") or shutil.which("py-spy")):
+            raise SystemExit("--profile needs py-spy on PATH or NODUS_BENCH_PYSPY (pip install --target DIR py-spy)")
+        os.environ["NODUS_BENCH_PROFILE_DIR"] = str(args.profile.resolve())
+    common.raise_nofile()
+    only = [name for name in BENCHMARKS if name in (args.only or BENCHMARKS)]
+    workdir = Path(tempfile.mkdtemp(prefix="nodus-bench-"))
+    try:
+        results = asyncio.run(_run(only, args.quick, workdir))
+    except BaseException:
+        print(f"benchmark failed; server logs are under {workdir}", file=sys.stderr)
+        raise
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        common.stop_embedded_database()
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\nPostgreSQL {results.get('postgres')}; details in {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

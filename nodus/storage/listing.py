@@ -108,9 +108,7 @@ class ListCursor:
         source = self._source(params)
         where = self._where(params, after)
         # Bodies leave the database as bytes (bytea), so a streamed list joins them without re-encoding.
-        sql = (
-            f"SELECT namespace, name, convert_to(body, 'UTF8') FROM {source} WHERE {where} ORDER BY namespace, name"
-        )
+        sql = f"SELECT namespace, name, convert_to(body, 'UTF8') FROM {source} WHERE {where} ORDER BY namespace, name"
         if limit is not None:
             sql += f" LIMIT {params.add(limit)}"
         return sql, params.values

@@ -20,7 +20,7 @@ from nodus.apimachinery.selectors import FieldSelector, LabelSelector
 from nodus.storage.errors import Expired, TooLarge
 from nodus.storage.selecting import Params, field_predicate, label_predicate
 
-STREAM_BATCH = 500
+STREAM_BATCH = 128
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    for noisy in ("alembic", "pgserver"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
     args.run(args)

@@ -27,7 +27,7 @@ from nodus.storage import errors as storage_errors
 from nodus.storage.listing import ListCursor, ListQuery
 
 
-def _too_large(rv: int, current: int) -> APIError:
+def too_large(rv: int, current: int) -> APIError:
     return APIError(
         "TooLargeResourceVersion",
         f"Too large resource version: {rv}, current: {current}",
@@ -54,7 +54,7 @@ async def build_query(
         else:  # NotOlderThan (the default for a set resourceVersion): any state at least as new
             current = await server.storage.current_rv()
             if wanted > current:
-                raise _too_large(wanted, current)
+                raise too_large(wanted, current)
     namespaces = names = None
     if readable is not None:
         if info.namespaced:
@@ -96,7 +96,7 @@ async def open_list(server: APIServer, query: ListQuery) -> AsyncIterator[ListCu
             ) from exc
         raise expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})") from exc
     except storage_errors.TooLarge as exc:
-        raise _too_large(exc.requested_rv, exc.current_rv) from exc
+        raise too_large(exc.requested_rv, exc.current_rv) from exc
 
 
 async def respond_list(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from starlette.responses import Response
 
 from nodus.api import tables
 from nodus.api.errors import APIError, expired
-from nodus.api.http.lists import _too_large, build_query, open_list
+from nodus.api.http.lists import build_query, open_list, too_large
 from nodus.api.http.queries import ListOptions
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
@@ -291,7 +292,7 @@ async def respond_watch(
     fields = options.fields
     if name is not None:
         fields = FieldSelector((*fields.requirements, FieldRequirement("metadata.name", name)))
-    options = ListOptions(**{**options.__dict__, "fields": fields})
+    options = dataclasses.replace(options, fields=fields)
     watch_filter = WatchFilter(
         info.kind,
         info.namespaced,
@@ -303,14 +304,14 @@ async def respond_watch(
     initial: list[bytes] = []
     rv = options.resource_version
     if options.send_initial_events or (rv in ("", "0") and options.send_initial_events is None):
-        query = await build_query(server, info, namespace, ListOptions(**{**options.__dict__, "limit": None}), readable)
+        query = await build_query(server, info, namespace, dataclasses.replace(options, limit=None), readable)
         async with open_list(server, query) as cursor:
             initial = [row[2] async for batch in cursor.batches() for row in batch]
             start = cursor.resource_version
     else:
         start = int(rv) if rv not in ("", "0") else await server.storage.current_rv()
         if start > cache.head and not await cache.wait_for_head(start, 3.0):
-            raise _too_large(start, cache.head)
+            raise too_large(start, cache.head)
     error: APIError | None = None
     try:
         await cache.check(start)

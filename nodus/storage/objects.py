@@ -126,10 +126,6 @@ class Storage:
             bodies = await conn.fetch("SELECT body FROM objects WHERE owner_uids @> ARRAY[$1::text]", owner_uid)
         return [orjson.loads(r["body"]) for r in bodies]
 
-    async def exists_uid(self, uid: str) -> bool:
-        async with self._connection() as conn:
-            return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM objects WHERE uid = $1)", uid))
-
     async def being_deleted(self, kinds: list[str]) -> list[dict[str, Any]]:
         """Objects of these kinds with a deletionTimestamp (waiting on finalizers or dependents)."""
         async with self._connection() as conn:
@@ -151,13 +147,6 @@ class Storage:
                 orjson.dumps(document).decode(),
             )
         return [r["name"] for r in records]
-
-    async def count(self, kind: str, namespace: str) -> int:
-        async with self._connection() as conn:
-            value: int = await conn.fetchval(
-                "SELECT count(*) FROM objects WHERE kind = $1 AND namespace = $2", kind, namespace
-            )
-        return value
 
     async def namespaced_in(self, namespace: str, kinds: list[str]) -> list[dict[str, Any]]:
         async with self._connection() as conn:

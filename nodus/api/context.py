@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from nodus.api.auth.principal import Principal
 
@@ -18,6 +18,8 @@ class RequestContext:
     dry_run: bool = False
     field_validation: FieldValidation = "Warn"
     warnings: list[str] = field(default_factory=list)
+    # Projects read while serving this request (authorisation, then admission): read once.
+    projects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:

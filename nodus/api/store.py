@@ -104,12 +104,15 @@ class GenericStore:
         if problems:
             raise self._invalid(name, problems)
 
-    async def _admit(self, obj: Object) -> None:
+    async def _admit(self, obj: Object, ctx: RequestContext) -> None:
         """A namespaced object needs its project to exist and not to be on its way out."""
         if not self.info.namespaced:
             return
         project_name = obj["metadata"]["namespace"]
-        project = await self.storage.get(Key("Project", "", project_name))
+        if project_name in ctx.projects:  # read moments ago by authorisation
+            project = ctx.projects[project_name]
+        else:
+            project = await self.storage.get(Key("Project", "", project_name))
         if project is None:
             raise APIError(
                 "NotFound",
@@ -151,7 +154,7 @@ class GenericStore:
         objectmeta.stamp_new(metadata)
         self.strategy.prepare_for_create(obj)
         self._validate(obj, None)
-        await self._admit(obj)
+        await self._admit(obj, ctx)
         for message in self.strategy.warnings_on_create(obj):
             ctx.warn(message)
         if not owned:

@@ -84,9 +84,11 @@ class Authorizer:
         namespace: str | None,
         name: str | None,
         subresource: str = "",
+        seen: dict[str, dict[str, Any] | None] | None = None,
     ) -> None:
         """Raise a 403 Status unless ``principal`` may do ``verb``. Cluster-wide reads are allowed
-        here and narrowed by :meth:`readable_projects`."""
+        here and narrowed by :meth:`readable_projects`. Projects read are kept in ``seen``, so that the
+        rest of the request (admission) need not read them again."""
         if principal.is_admin:
             return
         shown_verb = f"{verb}/{subresource}" if subresource else verb
@@ -99,7 +101,7 @@ class Authorizer:
                 f"Only administrators (group system:masters) and Nodus controllers write {subresource}.",
             )
         if info.kind == "Project":
-            await self._authorize_project(principal, verb, info, name)
+            await self._authorize_project(principal, verb, info, name, seen)
             return
         if namespace is None:
             if verb in ("list", "watch"):
@@ -114,18 +116,32 @@ class Authorizer:
                 f"{info.kind} objects are written only by Nodus controllers; users may get, list and watch.",
             )
         needed = Role.VIEWER if verb in READ_VERBS else Role.EDITOR
-        role = role_in(await self._project(namespace), principal)
+        role = role_in(await self._lookup(namespace, seen), principal)
         if role < needed:
             raise forbidden(principal, verb, info, namespace, _ask(namespace, principal, needed))
 
-    async def _authorize_project(self, principal: Principal, verb: str, info: KindInfo, name: str | None) -> None:
+    async def _lookup(self, name: str, seen: dict[str, dict[str, Any] | None] | None) -> dict[str, Any] | None:
+        if seen is None:
+            return await self._project(name)
+        if name not in seen:
+            seen[name] = await self._project(name)
+        return seen[name]
+
+    async def _authorize_project(
+        self,
+        principal: Principal,
+        verb: str,
+        info: KindInfo,
+        name: str | None,
+        seen: dict[str, dict[str, Any] | None] | None,
+    ) -> None:
         if verb in ("list", "watch") and name is None:
             return
         if verb in ("create", "delete", "deletecollection"):
             raise forbidden(principal, verb, info, name, "Only administrators create and delete projects.")
         assert name is not None
         needed = Role.VIEWER if verb in READ_VERBS else Role.OWNER
-        if role_in(await self._project(name), principal) < needed:
+        if role_in(await self._lookup(name, seen), principal) < needed:
             raise forbidden(principal, verb, info, name, _ask(name, principal, needed))
 
     async def readable_projects(self, principal: Principal) -> list[str] | None:

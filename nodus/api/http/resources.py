@@ -166,9 +166,9 @@ async def _create(server: APIServer, request: Request, principal: Principal, tar
             f"{info.plural} are created in a project: POST /apis/nodus.dev/v1/namespaces/<project>/{info.plural}",
             fix="Pass -n <project> to kubectl.",
         )
-    await server.authorizer.authorize(principal, "create", info, target.namespace, None)
-    representation = negotiation.representation(request.headers.get("accept"))
     ctx = _context(request, principal)
+    await server.authorizer.authorize(principal, "create", info, target.namespace, None, seen=ctx.projects)
+    representation = negotiation.representation(request.headers.get("accept"))
     body = await _body(request, ctx, info)
     obj = await server.stores[info.plural].create(target.namespace, body, ctx)
     return _render(obj, info, representation, 201, ctx)
@@ -287,7 +287,7 @@ async def _apply(
             raise
         if error.details.get("kind") != info.plural:
             raise
-    await server.authorizer.authorize(ctx.principal, "create", info, target.namespace, None)
+    await server.authorizer.authorize(ctx.principal, "create", info, target.namespace, None, seen=ctx.projects)
     created = await store.create(target.namespace, apply_to(None), ctx, owned=True)
     return _render(created, info, representation, 201, ctx)
 

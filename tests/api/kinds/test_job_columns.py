@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from nodus.api import fieldmanagement
 from nodus.api.kinds.job import JOB, JobSpec, JobStatus, JobStrategy
 from nodus.api.kinds.job.columns import completions, cost
 from tests.api.kinds.jobbuilder import make_job, stored
@@ -28,17 +29,36 @@ def test_declaration() -> None:
     assert JOB.description.endswith("Every index runs as Attempts.")
 
 
-def test_list_map_keys_for_server_side_apply() -> None:
-    assert JOB.list_map_keys == {
-        "spec.env": ("name",),
-        "spec.inputs": ("name",),
-        "spec.outputs": ("name",),
-        "spec.sidecars": ("name",),
-        "spec.sidecars.env": ("name",),
-        "spec.secrets": ("name",),
-        "spec.volumes": ("mountPath",),
-        "status.conditions": ("type",),
-    }
+@pytest.mark.parametrize(
+    ("field", "first", "second"),
+    [
+        pytest.param("env", {"name": "A", "value": "1"}, {"name": "B", "value": "2"}, id="env-by-name"),
+        pytest.param(
+            "volumes",
+            {"volume": "data", "mountPath": "/data"},
+            {"volume": "cache", "mountPath": "/cache"},
+            id="volumes-by-mount-path",
+        ),
+        pytest.param("secrets", {"name": "hf-token"}, {"name": "wandb"}, id="secrets-by-name"),
+    ],
+)
+def test_keyed_lists_merge_items_of_two_appliers(field: str, first: dict[str, str], second: dict[str, str]) -> None:
+    """Server-side apply keeps each manager's items of a keyed list instead of replacing the list."""
+    base = {"apiVersion": "nodus.dev/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "p"}}
+    live = None
+    for manager, item in (("alice", first), ("bob", second)):
+        applied = {**base, "spec": {field: [item]}}
+        live = fieldmanagement.apply(
+            live,
+            applied,
+            manager=manager,
+            force=False,
+            api_version="nodus.dev/v1",
+            list_keys=JOB.list_map_keys,
+            now="2026-11-29T12:00:00Z",
+        )
+    assert live is not None
+    assert live["spec"][field] == [first, second]
 
 
 def test_columns_in_order_without_name() -> None:

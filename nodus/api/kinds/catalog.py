@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from nodus.api.kinds.attempt import ATTEMPT
 from nodus.api.kinds.job import JOB
+from nodus.api.kinds.lease import LEASE
+from nodus.api.kinds.node import NODE
 from nodus.api.kinds.project import PROJECT
 from nodus.api.registry import Registry
 
@@ -11,4 +14,7 @@ def registry() -> Registry:
     kinds = Registry()
     kinds.register(PROJECT)
     kinds.register(JOB)
+    kinds.register(ATTEMPT)
+    kinds.register(NODE)
+    kinds.register(LEASE)
     return kinds

@@ -1,0 +1,153 @@
+"""Attempt (``attempts.nodus.dev/v1``): one run of one index of a Job (DECISIONS 3).
+
+Attempts are written only by Nodus: the Job controller creates them (name ``<job>-<index>-<n>``,
+owned by the Job with ``controller: true``), the scheduler binds them (``status.placement``), the
+provisioner assigns a node (``spec.node`` and the ``nodus.dev/node`` label agents select on), the
+agent reports the run, and the node lifecycle controller marks them ``Lost``. Users may get, list
+and watch them, and read their logs (``.../attempts/NAME/log``).
+
+The spec pins everything the agent needs, copied from the Job when the Attempt is created, so that
+a later edit of the Job (parallelism, timeout) never changes a run already under way.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from nodus.api.kinds.job.base import JobModel
+from nodus.api.kinds.job.spec import EnvVar
+from nodus.api.kinds.job.spec_capacity import Placement, Resources
+from nodus.api.kinds.modeling import validate_model
+from nodus.api.registry import KindInfo, PrinterColumn
+from nodus.api.strategy import Object, Strategy
+from nodus.apimachinery import fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+
+AttemptPhase = Literal["Pending", "Provisioning", "Starting", "Running", "Succeeded", "Failed", "Lost", "Stopped"]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+
+
+class StopRequest(JobModel):
+    """StopRequest asks the agent to stop the attempt: SIGTERM, then SIGKILL after the grace period."""
+
+    grace_period_seconds: int = Field(30, ge=0, le=3600, description="GracePeriodSeconds is the wait before SIGKILL.")
+    reason: str = Field(min_length=1, description="Reason is why it stops: Suspended, Cancelled, Deleted, Restart, ...")
+    requested_time: str | None = Field(None, description="RequestedTime is when the stop was asked for.")
+
+
+class AttemptSpec(JobModel):
+    """AttemptSpec pins one run of one index: what to run, under which constraints, and where."""
+
+    args: list[str] | None = Field(None, description="Args are the arguments to the command.")
+    command: list[str] | None = Field(None, description="Command is the argv (the Job's command).")
+    env: list[EnvVar] | None = Field(None, description="Env is the Job's environment (Secret references, not values).")
+    expected_duration: str | None = Field(None, description="ExpectedDuration is the Job's, for placement.")
+    image: str | None = Field(None, description="Image is the Job's image reference, recorded.")
+    index: int = Field(ge=0, description="Index is the completion index this attempt runs.")
+    job: str = Field(min_length=1, description="Job is the owning Job's name.")
+    job_uid: str = Field(alias="jobUID", min_length=1, description="JobUID is the owning Job's uid.")
+    node: str | None = Field(None, description="Node is the host that runs it, set once capacity is assigned.")
+    number: int = Field(ge=1, description="Number is the attempt's number within its index, from 1 (all causes).")
+    offering: str | None = Field(None, description="Offering is the offering its host provides.")
+    placement: Placement | None = Field(None, description="Placement is the Job's placement, copied.")
+    resources: Resources | None = Field(None, description="Resources are the Job's resources, copied.")
+    scaledown_window: str | None = Field(None, description="ScaledownWindow keeps the host warm after the Job ends.")
+    stop: StopRequest | None = Field(None, description="Stop asks the agent to stop the attempt.")
+    working_dir: str | None = Field(None, description="WorkingDir is the directory the command starts in.")
+
+
+class AttemptPlacement(JobModel):
+    """AttemptPlacement is the scheduler's decision, with its explanation."""
+
+    cycle: int | None = Field(None, ge=0, description="Cycle is the scheduler cycle that decided.")
+    explain: str | None = Field(None, description="Explain says why this offering and why the others were rejected.")
+    interruptible: bool | None = Field(None, description="Interruptible is true on reclaimable capacity.")
+    node: str | None = Field(None, description="Node is a warm host chosen for reuse, if any.")
+    offering: str | None = Field(None, description="Offering is the chosen offering id.")
+    rate_usd_per_hour: str | None = Field(None, alias="rateUSDPerHour", description="RateUSDPerHour is the rate.")
+    region_class: str | None = Field(None, description="RegionClass is the offering's region class.")
+    warm_reuse: bool | None = Field(None, description="WarmReuse is true when a warm host was reused.")
+
+
+class AttemptRuntime(JobModel):
+    """AttemptRuntime says how the agent ran the command."""
+
+    image: str | None = Field(None, description="Image says what became of the image (recorded, not pulled).")
+    sandbox: str | None = Field(None, description="Sandbox is bubblewrap or unsandboxed.")
+
+
+class AttemptStatus(JobModel):
+    """AttemptStatus is what Nodus observed about one run."""
+
+    exit_code: int | None = Field(None, description="ExitCode is the program's exit status.")
+    finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
+    gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the visible GPUs.")
+    message: str | None = Field(None, description="Message explains the phase (at most three log lines on failure).")
+    phase: AttemptPhase | None = Field(
+        None, description="Phase is Pending, Provisioning, Starting, Running, Succeeded, Failed, Lost or Stopped."
+    )
+    placement: AttemptPlacement | None = Field(None, description="Placement is the scheduler's decision.")
+    provisioning_time: str | None = Field(None, description="ProvisioningTime is when capacity was assigned.")
+    reason: str | None = Field(None, description="Reason is a CamelCase code for the phase.")
+    runtime: AttemptRuntime | None = Field(None, description="Runtime says how the command ran.")
+    scheduled_time: str | None = Field(None, description="ScheduledTime is when the scheduler placed it.")
+    signal: int | None = Field(None, description="Signal is the signal that ended the program, if any.")
+    start_time: str | None = Field(None, description="StartTime is when the program started running.")
+
+
+class AttemptStrategy(Strategy):
+    """Attempts are written by Nodus only; a new one starts ``Pending``."""
+
+    def prepare_for_create(self, obj: Object) -> None:
+        super().prepare_for_create(obj)
+        obj["status"] = {"phase": "Pending"}
+
+    def validate(self, obj: Object) -> list[FieldError]:
+        _, errors = validate_model(AttemptSpec, obj.get("spec"), Path("spec"))
+        return errors
+
+    def validate_update(self, new: Object, old: Object) -> list[FieldError]:
+        errors = self.validate(new)
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        for field in ("job", "jobUID", "index", "number"):
+            if old_spec.get(field) != new_spec.get(field):
+                errors.append(fieldpath.invalid(Path("spec", field), new_spec.get(field), "field is immutable"))
+        return errors
+
+    def validate_status(self, obj: Object) -> list[FieldError]:
+        _, errors = validate_model(AttemptStatus, obj.get("status") or {}, Path("status"))
+        return errors
+
+
+def _node(obj: Object) -> str:
+    return str((obj.get("spec") or {}).get("node") or "")
+
+
+ATTEMPT = KindInfo(
+    kind="Attempt",
+    plural="attempts",
+    singular="attempt",
+    namespaced=True,
+    description="Attempt is one run of one index of a Job, created by the Job controller and owned by its Job. "
+    "Users may get, list and watch attempts and read their logs; only Nodus writes them.",
+    spec_model=AttemptSpec,
+    status_model=AttemptStatus,
+    strategy=AttemptStrategy(),
+    printer_columns=(
+        PrinterColumn("Job", "string", ".spec.job", "Job is the owning Job."),
+        PrinterColumn("Index", "integer", ".spec.index", "Index is the completion index."),
+        PrinterColumn("Number", "integer", ".spec.number", "Number is the attempt's number within its index."),
+        PrinterColumn("Phase", "string", ".status.phase", "Phase is the attempt's phase."),
+        PrinterColumn("Offering", "string", ".status.placement.offering", "Offering is where it runs."),
+        PrinterColumn("Node", "string", ".spec.node", "Node is the host that runs it.", value=_node),
+        PrinterColumn("Exit", "integer", ".status.exitCode", "ExitCode is the program's exit status."),
+        PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the attempt was created."),
+        PrinterColumn("Reason", "string", ".status.reason", "Reason explains the phase.", priority=1),
+    ),
+    short_names=("att",),
+    categories=("nodus",),
+    selectable_fields=("status.phase",),
+    user_writable=False,
+)

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nodus.api import openapi
 from nodus.api.errors import APIError, internal
-from nodus.api.http import discovery, resources, system
+from nodus.api.http import discovery, logs, resources, system
 from nodus.api.http.responses import error_response, request_id
 from nodus.api.server import APIServer
 from nodus.storage.errors import StorageError
@@ -118,6 +118,10 @@ def create_app(server: APIServer) -> FastAPI:
         ("/openapi/v3/apis/nodus.dev/v1", openapi.serve_v3_group),
     ):
         router.add_route(path, endpoint, methods=["GET"])
+    # Before the catch-all: the log subresources are served by their own handlers.
+    every_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log", logs.attempt_log, every_method)
+    router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log", logs.job_log, every_method)
     router.add_route(
         "/apis/nodus.dev/v1/{path:path}", resources.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
     )

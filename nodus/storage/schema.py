@@ -74,3 +74,22 @@ counters = sa.Table(
 )
 
 NOTIFY_CHANNEL = "nodus_events"
+
+# Attempt logs (migration 0002): each attempt's stdout/stderr lines, keyed by the attempt's uid and the
+# line's position in its log (``seq`` from 1, assigned under a per-attempt lock: commit order is seq
+# order, so a reader that continues after the last seq it saw never skips a line). Bounded by
+# ``nodus.storage.logs`` on append: 200,000 lines per attempt (oldest dropped), 16 KiB per line.
+attempt_logs = sa.Table(
+    "attempt_logs",
+    metadata,
+    sa.Column("attempt_uid", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False, autoincrement=False),
+    # Where the attempt lived, for a sweep of the lines of deleted attempts.
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("stream", sa.Text, nullable=False),  # stdout, stderr
+    sa.Column("time", sa.DateTime(timezone=True), nullable=False),  # as the agent read it (microseconds)
+    sa.Column("line", sa.Text, nullable=False),
+    sa.CheckConstraint("stream IN ('stdout', 'stderr')", name="stream"),
+    sa.PrimaryKeyConstraint("attempt_uid", "seq"),
+)

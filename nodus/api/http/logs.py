@@ -1,0 +1,475 @@
+"""Attempt logs over HTTP: agents append lines, users read them as plain text like ``kubectl logs``.
+
+* ``POST   .../namespaces/{p}/attempts/{name}/log`` (administrators: agents and controllers) appends
+  ``{"entries": [{"stream": "stdout"|"stderr", "time": "<RFC 3339>", "line": "..."}]}``, at most
+  ``MAX_ENTRIES`` per request; 204 when stored.
+* ``GET    .../namespaces/{p}/attempts/{name}/log`` and ``.../jobs/{name}/log?index=&attempt=`` (a
+  Viewer of the project) return ``text/plain``: one line per entry, interleaved by seq, with
+  ``follow``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``, ``limitBytes`` and
+  ``stream`` (``stdout``, ``stderr`` or ``All``).
+
+Filters apply in this order: stream and since, then ``tailLines`` (the newest lines that passed),
+then ``limitBytes`` on the bytes sent (a line may be cut). The first page is read before the
+response starts, so a failure there is a Status; later pages are streamed, ``PAGE`` lines at a
+time. ``follow`` polls storage every ``POLL_SECONDS`` and ends once the attempt is in a terminal
+phase (or gone) and every line it had stored by then is sent, or when the client disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+
+from nodus.api.auth.principal import Principal
+from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.http.authentication import authenticate
+from nodus.api.registry import GROUP, KindInfo
+from nodus.api.server import APIServer
+from nodus.apimachinery import fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apimachinery.selectors import parse_label_selector
+from nodus.apimachinery.units import now, parse_time
+from nodus.storage.errors import Key
+from nodus.storage.listing import ListQuery
+from nodus.storage.logs import STREAMS, AttemptLogs, LogEntry, LogLine
+
+log = logging.getLogger(__name__)
+
+MAX_ENTRIES = 1000
+# 1000 lines of the longest stored length (16 KiB) with room for JSON escaping.
+MAX_BODY_BYTES = 24 * 1024 * 1024
+PAGE = 500
+POLL_SECONDS = 0.3
+# The phases after which an attempt writes no more lines (docs/running-jobs.md, Attempt).
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+JOB_LABEL = "nodus.dev/job"
+INDEX_LABEL = "nodus.dev/index"
+
+_ENTRY_SHAPE = '{"stream": "stdout"|"stderr", "time": "<RFC 3339 time with zone>", "line": "<text>"}'
+_STREAM_VALUES = {"stdout": "stdout", "stderr": "stderr", "all": None}
+_MAX_CAUSES = 20
+_LARGEST = 2**62
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """What a reader asked for (the query parameters, checked)."""
+
+    follow: bool = False
+    tail_lines: int | None = None
+    since_time: datetime | None = None
+    timestamps: bool = False
+    limit_bytes: int | None = None
+    stream: str | None = None  # None: both
+
+
+def _bool(params: QueryParams, key: str) -> bool:
+    value = params.get(key, "").lower()
+    if value in ("true", "1", "t"):
+        return True
+    if value in ("false", "0", "f", ""):
+        return False
+    raise bad_request(f'{key} must be true or false, got "{params[key]}"', fix=f"Pass {key}=true or {key}=false.")
+
+
+def _int(params: QueryParams, key: str, minimum: int) -> int | None:
+    if key not in params:
+        return None
+    try:
+        value = int(params[key])
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise bad_request(
+            f'{key} must be an integer of at least {minimum}, got "{params[key]}"',
+            fix=f"Pass {key} as a whole number >= {minimum}, or leave it out.",
+        )
+    return min(value, _LARGEST)  # more lines, bytes or seconds than any log holds mean "all"
+
+
+def parse_options(params: QueryParams) -> LogOptions:
+    """The log options of a GET; a 400 Status naming the parameter when one is malformed."""
+    since_seconds = _int(params, "sinceSeconds", 1)
+    since_time: datetime | None = None
+    if "sinceTime" in params:
+        if since_seconds is not None:
+            raise bad_request(
+                "at most one of sinceTime or sinceSeconds may be specified",
+                fix="Keep sinceSeconds (relative) or sinceTime (absolute), not both.",
+            )
+        try:
+            since_time = parse_time(params["sinceTime"])
+        except ValueError as exc:
+            raise bad_request(f"sinceTime: {exc}", fix="Pass an RFC 3339 time such as 2026-11-29T12:00:00Z.") from exc
+    elif since_seconds is not None:
+        with contextlib.suppress(OverflowError):  # further back than datetime goes: every line
+            since_time = now() - timedelta(seconds=since_seconds)
+    raw_stream = params.get("stream", "All")
+    if raw_stream.lower() not in _STREAM_VALUES:
+        raise bad_request(
+            f'stream must be stdout, stderr or All, got "{raw_stream}"',
+            fix="Pass stream=stdout, stream=stderr or leave it out for both streams.",
+        )
+    return LogOptions(
+        follow=_bool(params, "follow"),
+        tail_lines=_int(params, "tailLines", 0),
+        since_time=since_time,
+        timestamps=_bool(params, "timestamps"),
+        limit_bytes=_int(params, "limitBytes", 1),
+        stream=_STREAM_VALUES[raw_stream.lower()],
+    )
+
+
+# --- appending -----------------------------------------------------------------------------------
+
+
+async def _read_body(request: Request) -> bytes:
+    too_large = APIError(
+        "RequestEntityTooLarge",
+        f"the request body is larger than {MAX_BODY_BYTES} bytes, the limit for a log append",
+        fix=f"Send fewer entries per request (at most {MAX_ENTRIES}, and fewer when lines are long).",
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _entry(value: Any, path: Path, problems: list[FieldError]) -> LogEntry | None:
+    if not isinstance(value, dict):
+        problems.append(fieldpath.invalid(path, None, f"must be an object {_ENTRY_SHAPE}"))
+        return None
+    found = len(problems)
+    stream, time, line = value.get("stream"), value.get("time"), value.get("line")
+    if stream is None:
+        problems.append(fieldpath.required(path.child("stream"), 'one of "stdout", "stderr"'))
+    elif stream not in STREAMS:
+        problems.append(fieldpath.not_supported(path.child("stream"), stream, STREAMS))
+    parsed: datetime | None = None
+    if time is None:
+        problems.append(fieldpath.required(path.child("time"), "when the line was read, in RFC 3339"))
+    else:
+        try:
+            parsed = parse_time(time)
+        except ValueError:
+            problems.append(
+                fieldpath.invalid(
+                    path.child("time"), time, 'must be an RFC 3339 time with a zone, e.g. "2026-11-29T12:00:00.123456Z"'
+                )
+            )
+    if line is None:
+        problems.append(fieldpath.required(path.child("line"), "the text of the line (may be empty)"))
+    elif not isinstance(line, str):
+        problems.append(fieldpath.invalid(path.child("line"), None, "must be a string"))
+    if len(problems) > found or parsed is None or not isinstance(line, str):
+        return None
+    # A line is one line: the newline that ended it is not part of it.
+    text = line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
+    return LogEntry(str(stream), parsed, text)
+
+
+def parse_entries(body: bytes, name: str) -> list[LogEntry]:
+    """The entries of an append body; a 400 (not JSON), 413 (too many) or 422 (a bad field) Status."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"the body is not valid JSON: {exc}", fix=f'Send {{"entries": [{_ENTRY_SHAPE}, ...]}}.'
+        ) from exc
+    problems: list[FieldError] = []
+    entries: list[LogEntry] = []
+    raw = value.get("entries") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        problems.append(fieldpath.invalid(Path("entries"), None, "the body must be an object with entries"))
+    elif raw is None:
+        problems.append(fieldpath.required(Path("entries"), "a list of log entries"))
+    elif not isinstance(raw, list):
+        problems.append(fieldpath.invalid(Path("entries"), None, "must be a list"))
+    elif len(raw) > MAX_ENTRIES:
+        raise APIError(
+            "RequestEntityTooLarge",
+            f"entries: {len(raw)} log entries in one request; the limit is {MAX_ENTRIES}",
+            fix=f"Split the batch: send at most {MAX_ENTRIES} entries per request.",
+            details={"name": name, "group": GROUP, "kind": "attempts"},
+        )
+    else:
+        for i, item in enumerate(raw):
+            entry = _entry(item, Path("entries").index(i), problems)
+            if entry is not None:
+                entries.append(entry)
+    if problems:
+        shown = problems[:_MAX_CAUSES]
+        more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
+        fields = ", ".join(dict.fromkeys(p.field for p in shown))
+        raise APIError(
+            "Invalid",
+            f'log entries for attempts.{GROUP} "{name}" are invalid: '
+            + "; ".join(f"{p.field}: {p.message()}" for p in shown)
+            + more,
+            fix=f'Fix {fields}; the body is {{"entries": [{_ENTRY_SHAPE}, ...]}}.',
+            details={
+                "name": name,
+                "group": GROUP,
+                "kind": "attempts",
+                "causes": [{"reason": p.type.value, "message": p.message(), "field": p.field} for p in shown],
+            },
+        )
+    return entries
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def _stamp(value: datetime) -> str:
+    # RFC 3339 with nine fraction digits, as kubelet prints them; storage keeps microseconds.
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+class _Reader:
+    """The log of one attempt as one request wants it: the first page eagerly, then the rest."""
+
+    def __init__(self, server: APIServer, info: KindInfo, attempt: dict[str, Any], options: LogOptions) -> None:
+        metadata = attempt["metadata"]
+        self._storage = server.storage
+        self._logs = AttemptLogs(server.storage)
+        self.key = Key(info.kind, metadata.get("namespace", ""), metadata["name"])
+        self._uid = str(metadata["uid"])
+        self._options = options
+        self._first: list[LogLine] = []
+        self._position = 0
+
+    async def start(self) -> None:
+        options = self._options
+        head = await self._logs.last_seq(self._uid) if options.tail_lines is not None else 0
+        self._first = await self._logs.read(
+            self._uid, since_time=options.since_time, tail_lines=options.tail_lines, stream=options.stream, limit=PAGE
+        )
+        last = self._first[-1].seq if self._first else 0
+        # A short tail page holds every line up to ``head`` that passed the filters: follow after it.
+        self._position = last if len(self._first) == PAGE else max(head, last)
+
+    async def _finished(self) -> bool:
+        obj = await self._storage.get(self.key)
+        if obj is None or obj["metadata"].get("uid") != self._uid:
+            return True
+        return (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+    async def pages(self) -> AsyncIterator[list[LogLine]]:
+        if self._first:
+            yield self._first
+        full = len(self._first) == PAGE
+        options = self._options
+        while True:
+            finished = False
+            if not full:
+                if not options.follow:
+                    return
+                # Before the read: every line stored before the attempt finished is in this read.
+                finished = await self._finished()
+            lines = await self._logs.read(
+                self._uid, after_seq=self._position, since_time=options.since_time, stream=options.stream, limit=PAGE
+            )
+            if lines:
+                self._position = lines[-1].seq
+                yield lines
+            full = len(lines) == PAGE
+            if not full:
+                if finished:
+                    return
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        remaining = self._options.limit_bytes
+        stamps = self._options.timestamps
+        async for lines in self.pages():
+            if stamps:
+                text = "".join(f"{_stamp(line.time)} {line.line}\n" for line in lines)
+            else:
+                text = "".join(f"{line.line}\n" for line in lines)
+            data = text.encode()
+            if remaining is not None:
+                data = data[:remaining]
+                remaining -= len(data)
+            yield data
+            if remaining == 0:
+                return
+
+
+class LogResponse(Response):
+    """A ``text/plain`` stream that ends with the log, or at once when the client disconnects."""
+
+    def __init__(self, reader: _Reader) -> None:
+        super().__init__(status_code=200, media_type="text/plain; charset=utf-8")
+        self._reader = reader
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-cache, private"),
+            (b"x-content-type-options", b"nosniff"),
+        ]})  # fmt: skip
+        body = asyncio.ensure_future(self._pump(send))
+        disconnect = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({body, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            client_left = disconnect.done()
+            for task in (body, disconnect):
+                task.cancel()
+            for task in (body, disconnect):
+                with contextlib.suppress(asyncio.CancelledError):
+                    try:
+                        await task
+                    except Exception:
+                        log.exception("streaming the log of %s failed", self._reader.key)
+        if not client_left:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _pump(self, send: Any) -> None:
+        async for data in self._reader.chunks():
+            if data:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _serve(server: APIServer, info: KindInfo, attempt: dict[str, Any], options: LogOptions) -> Response:
+    reader = _Reader(server, info, attempt, options)
+    await reader.start()
+    return LogResponse(reader)
+
+
+# --- endpoints -----------------------------------------------------------------------------------
+
+
+def _kind(server: APIServer, plural: str, request: Request) -> KindInfo:
+    info = server.registry.by_plural(plural)
+    if info is None:
+        raise APIError(
+            "NotFound",
+            f"the server could not find the requested resource ({request.url.path})",
+            fix="`kubectl api-resources --api-group=nodus.dev` lists the resources this server serves.",
+        )
+    return info
+
+
+async def _attempt(server: APIServer, info: KindInfo, namespace: str, name: str) -> dict[str, Any]:
+    obj = await server.storage.get(Key(info.kind, namespace, name))
+    if obj is None:
+        raise not_found(info.plural, GROUP, name)
+    return obj
+
+
+async def attempt_log(request: Request) -> Response:
+    """``GET`` (read) and ``POST`` (append) ``/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log``."""
+    server: APIServer = request.app.state.server
+    principal = authenticate(server, request)
+    info = _kind(server, "attempts", request)
+    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    verb = {"GET": "get", "POST": "create"}.get(request.method)
+    if verb is None:
+        raise method_not_allowed(request.method.lower(), f"{info.plural}/log")
+    request.scope["state"]["metrics"] = (verb, f"{info.plural}/log")
+    if verb == "create":
+        _only_administrators(principal, info, namespace)
+        attempt = await _attempt(server, info, namespace, name)
+        entries = parse_entries(await _read_body(request), name)
+        await AttemptLogs(server.storage).append(str(attempt["metadata"]["uid"]), namespace, name, entries)
+        return Response(status_code=204)
+    await server.authorizer.authorize(principal, "get", info, namespace, name, "log")
+    options = parse_options(request.query_params)
+    return await _serve(server, info, await _attempt(server, info, namespace, name), options)
+
+
+def _only_administrators(principal: Principal, info: KindInfo, namespace: str) -> None:
+    """Lines are appended by agents and controllers (system:masters), as ``/status`` is written."""
+    if principal.is_admin:
+        return
+    raise APIError(
+        "Forbidden",
+        f'{info.plural}.{GROUP} is forbidden: User "{principal.user}" cannot create resource "{info.plural}/log" in '
+        f'API group "{GROUP}" in project "{namespace}"',
+        fix="Only administrators (group system:masters) append log lines: the agent that runs the attempt does.",
+        details={"group": GROUP, "kind": info.plural},
+    )
+
+
+async def job_log(request: Request) -> Response:
+    """``GET /apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log?index=&attempt=``: the log of
+    the attempt with that number (default: the latest) of that index (default 0)."""
+    server: APIServer = request.app.state.server
+    principal = authenticate(server, request)
+    jobs = _kind(server, "jobs", request)
+    attempts = _kind(server, "attempts", request)
+    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    if request.method != "GET":
+        raise method_not_allowed(request.method.lower(), f"{jobs.plural}/log")
+    request.scope["state"]["metrics"] = ("get", f"{jobs.plural}/log")
+    await server.authorizer.authorize(principal, "get", jobs, namespace, name, "log")
+    params = request.query_params
+    options = parse_options(params)
+    index = _int(params, "index", 0) or 0
+    number = _int(params, "attempt", 1)
+    job = await server.storage.get(Key(jobs.kind, namespace, name))
+    if job is None:
+        raise not_found(jobs.plural, GROUP, name)
+    attempt = await _attempt_of(server, attempts, job, index, number)
+    return await _serve(server, attempts, attempt, options)
+
+
+async def _attempt_of(
+    server: APIServer, info: KindInfo, job: dict[str, Any], index: int, number: int | None
+) -> dict[str, Any]:
+    """The Job's attempt ``number`` of ``index`` (the highest number when None); a 404 Status when none."""
+    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"].get("uid")
+    query = ListQuery(
+        kind=info.kind, namespace=namespace, labels=parse_label_selector(f"{JOB_LABEL}={name},{INDEX_LABEL}={index}")
+    )
+    candidates: dict[int, dict[str, Any]] = {}
+    async with server.storage.open_list(query) as cursor:
+        async for batch in cursor.batches():
+            for _, _, body in batch:
+                obj = orjson.loads(body)
+                spec = obj.get("spec") or {}
+                # An attempt left over from an earlier Job of the same name is not this Job's.
+                if spec.get("jobUID") not in (None, uid) or not isinstance(spec.get("number"), int):
+                    continue
+                candidates[spec["number"]] = obj
+    fix = (
+        f"`kubectl get attempts -n {namespace} -l {JOB_LABEL}={name}` lists the Job's attempts; an index gets its "
+        "first attempt when the Job controller starts it."
+    )
+    details = {"name": name, "group": GROUP, "kind": "jobs"}
+    if not candidates:
+        raise APIError("NotFound", f'job "{name}" has no attempt for index {index} yet', fix=fix, details=details)
+    if number is None:
+        return candidates[max(candidates)]
+    if number not in candidates:
+        have = ", ".join(str(n) for n in sorted(candidates))
+        plural = "s" if len(candidates) > 1 else ""
+        raise APIError(
+            "NotFound",
+            f'job "{name}" has no attempt {number} for index {index}; it has attempt{plural} {have}',
+            fix=fix,
+            details=details,
+        )
+    return candidates[number]

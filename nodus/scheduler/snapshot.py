@@ -1,0 +1,293 @@
+"""What one scheduler cycle looks at: typed, frozen views of Offering, Node and pending Attempt objects.
+
+The controller lists the objects (plain JSON dicts with camelCase keys, as served; the shapes are in
+``docs/running-jobs.md``) and builds a :class:`Snapshot`. Everything after that is pure: the cycle
+never reads a clock, a socket or a global, so a test that builds the same snapshot gets the same
+bindings.
+
+Parsing happens once, here: quantities become exact ``Decimal`` bytes or vCPUs, durations become
+``timedelta`` and money becomes ``Decimal`` (never ``float``), all through ``nodus.apimachinery.units``.
+A ``from_object`` raises ``ValueError`` naming the field when an object is malformed; the caller
+decides whether to skip that one object or the whole cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Literal, NamedTuple
+
+from nodus.apimachinery import units
+
+Interruptible = Literal["Never", "Allow", "Prefer"]
+Profile = Literal["Cost", "Speed", "Balanced"]
+
+#: A Node in these phases no longer holds provider capacity (or is giving it back).
+RELEASED_PHASES = frozenset({"Lost", "Failed", "Terminating"})
+#: A Node in these phases may take an attempt.
+USABLE_PHASES = frozenset({"Ready", "Booting"})
+#: The duration a Work is assumed to run when it declares no ``expectedDuration``.
+DEFAULT_EXPECTED_DURATION = timedelta(hours=1)
+
+_MICRO_USD = Decimal("0.000001")
+_INTERRUPTIBLE = ("Never", "Allow", "Prefer")
+_PROFILES = ("Cost", "Speed", "Balanced")
+
+
+class WorkKey(NamedTuple):
+    """The Attempt a Work stands for: its project (namespace) and name."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """One price-book entry: a host shape in one region at one rate, and how many the provider can run.
+
+    ``family`` and ``accelerator`` are None for CPU-only offerings (``gpus == 0``). ``gpu_memory``,
+    ``memory`` and ``disk`` are bytes; ``capacity`` None means unknown, which the scheduler treats as
+    unlimited.
+    """
+
+    id: str
+    accelerator: str | None
+    family: str | None
+    gpus: int
+    gpu_memory: Decimal | None
+    interconnect: str | None
+    vcpu: Decimal
+    memory: Decimal
+    disk: Decimal
+    provider: str
+    region: str
+    region_class: str
+    interruptible: bool
+    mean_time_between_interruptions: timedelta | None
+    rate_usd_per_hour: Decimal
+    boot_p50: timedelta
+    boot_p90: timedelta
+    capacity: int | None
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Offering:
+        """Build from an Offering object as served (``metadata.name`` is the offering id)."""
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        gpus = _integer(spec.get("gpus", 0), "spec.gpus")
+        boot = spec.get("boot") or {}
+        mtbi = spec.get("meanTimeBetweenInterruptions")
+        capacity = status.get("capacity")
+        return cls(
+            id=_required(obj.get("metadata", {}).get("name"), "metadata.name"),
+            accelerator=spec.get("accelerator") if gpus else None,
+            family=spec.get("family") if gpus else None,
+            gpus=gpus,
+            gpu_memory=_quantity(spec.get("gpuMemory"), "spec.gpuMemory") if gpus else None,
+            interconnect=spec.get("interconnect"),
+            vcpu=_quantity(spec.get("vcpu", 0), "spec.vcpu") or Decimal(0),
+            memory=_quantity(spec.get("memory", 0), "spec.memory") or Decimal(0),
+            disk=_quantity(spec.get("disk", 0), "spec.disk") or Decimal(0),
+            provider=str(spec.get("provider", "")),
+            region=str(spec.get("region", "")),
+            region_class=str(spec.get("regionClass", "")),
+            interruptible=bool(spec.get("interruptible", False)),
+            mean_time_between_interruptions=_duration(mtbi, "spec.meanTimeBetweenInterruptions"),
+            rate_usd_per_hour=_usd(spec.get("rateUSDPerHour"), "spec.rateUSDPerHour"),
+            boot_p50=_duration(boot.get("p50", "0s"), "spec.boot.p50") or timedelta(0),
+            boot_p90=_duration(boot.get("p90", boot.get("p50", "0s")), "spec.boot.p90") or timedelta(0),
+            capacity=None if capacity is None else _integer(capacity, "status.capacity"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """One Node: which offering it is, its phase, and whether an attempt is on it (``busy``).
+
+    ``busy`` is not in the Node object: the controller knows it from the Attempts that name the node
+    and are not yet finished. A Node without ``status.phase`` has just been created by the
+    provisioner, so it is taken to be ``Booting``.
+    """
+
+    name: str
+    offering: str
+    phase: str
+    busy: bool
+    unschedulable: bool
+    warm_until: datetime | None
+
+    @classmethod
+    def from_object(cls, node_obj: Mapping[str, Any], busy: bool) -> Host:
+        """Build from a Node object as served; ``busy`` says whether an unfinished attempt is on it."""
+        metadata, spec = node_obj.get("metadata") or {}, node_obj.get("spec") or {}
+        status = node_obj.get("status") or {}
+        offering = spec.get("offering") or (metadata.get("labels") or {}).get("nodus.dev/offering")
+        warm_until = status.get("warmUntil")
+        return cls(
+            name=_required(metadata.get("name"), "metadata.name"),
+            offering=_required(offering, "spec.offering"),
+            phase=str(status.get("phase") or "Booting"),
+            busy=busy,
+            unschedulable=bool(spec.get("unschedulable", False)),
+            warm_until=None if warm_until is None else units.parse_time(warm_until),
+        )
+
+    def holds_capacity(self) -> bool:
+        """Whether this host counts against its offering's capacity (Booting and Ready ones do)."""
+        return self.phase not in RELEASED_PHASES
+
+    def is_idle_at(self, now: datetime) -> bool:
+        """Whether a new attempt may be put on this host at ``now`` without booting anything."""
+        if self.busy or self.unschedulable or self.phase not in USABLE_PHASES:
+            return False
+        return self.warm_until is None or self.warm_until > now
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """``resources.gpu``: how many GPUs per host, which accelerators, and their floors.
+
+    ``types`` are the entries as written; what they select is decided against the snapshot's
+    offerings (see ``filters.Requirements``), because a variant id names its family only there.
+    """
+
+    count: int
+    types: tuple[str, ...]
+    exact: bool
+    min_memory: Decimal | None
+    min_memory_text: str | None
+    nvlink: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One pending Attempt: the capacity floors and placement rules copied from its Job.
+
+    Floors are None when unset. ``cpu`` is in vCPUs, ``memory`` and ``disk`` in bytes; the ``*_text``
+    fields keep what the user wrote, for messages. ``regions`` and ``offerings`` are empty when any
+    is allowed.
+    """
+
+    key: WorkKey
+    cpu: Decimal | None
+    cpu_text: str | None
+    memory: Decimal | None
+    memory_text: str | None
+    disk: Decimal | None
+    disk_text: str | None
+    gpu: GpuRequest | None
+    regions: tuple[str, ...]
+    interruptible: Interruptible
+    max_rate_usd_per_hour: Decimal | None
+    offerings: tuple[str, ...]
+    profile: Profile
+    expected_duration: timedelta
+
+    @classmethod
+    def from_object(cls, attempt_obj: Mapping[str, Any]) -> Work:
+        """Build from a pending Attempt object as served (its spec copies the Job's resources and placement)."""
+        metadata, spec = attempt_obj.get("metadata") or {}, attempt_obj.get("spec") or {}
+        resources, placement = spec.get("resources") or {}, spec.get("placement") or {}
+        max_rate = placement.get("maxRateUSDPerHour")
+        expected = spec.get("expectedDuration")
+        return cls(
+            key=WorkKey(
+                _required(metadata.get("namespace"), "metadata.namespace"),
+                _required(metadata.get("name"), "metadata.name"),
+            ),
+            cpu=_quantity(resources.get("cpu"), "spec.resources.cpu"),
+            cpu_text=_text(resources.get("cpu")),
+            memory=_quantity(resources.get("memory"), "spec.resources.memory"),
+            memory_text=_text(resources.get("memory")),
+            disk=_quantity(resources.get("disk"), "spec.resources.disk"),
+            disk_text=_text(resources.get("disk")),
+            gpu=_gpu_request(resources.get("gpu")),
+            regions=tuple(placement.get("regions") or ()),
+            interruptible=_choice(
+                placement.get("interruptible", "Never"), ("Never", "Allow", "Prefer"), "interruptible"
+            ),
+            max_rate_usd_per_hour=None if max_rate is None else _usd(max_rate, "spec.placement.maxRateUSDPerHour"),
+            offerings=tuple(placement.get("offerings") or ()),
+            profile=_choice(placement.get("profile", "Balanced"), _PROFILES, "profile"),
+            expected_duration=DEFAULT_EXPECTED_DURATION
+            if expected is None
+            else _duration(expected, "spec.expectedDuration") or timedelta(0),
+        )
+
+
+def format_usd(amount: Decimal) -> str:
+    """Render money the way the API writes it: a decimal string with six fractional digits (micro-USD)."""
+    return str(amount.quantize(_MICRO_USD, rounding=ROUND_HALF_UP))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle decides over. ``work`` is in queue order (oldest first); ``now`` is the injected clock."""
+
+    cycle: int
+    now: datetime
+    work: list[Work]
+    offerings: list[Offering]
+    hosts: list[Host]
+
+
+def _gpu_request(gpu: Mapping[str, Any] | None) -> GpuRequest | None:
+    if gpu is None:
+        return None
+    min_memory = gpu.get("minMemory")
+    return GpuRequest(
+        count=_integer(gpu.get("count") or 1, "spec.resources.gpu.count"),
+        types=tuple(str(entry) for entry in gpu.get("type") or ()),
+        exact=bool(gpu.get("exact", False)),
+        min_memory=_quantity(min_memory, "spec.resources.gpu.minMemory"),
+        min_memory_text=_text(min_memory),
+        nvlink=gpu.get("interconnect") == "NVLink",
+    )
+
+
+def _required(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} is required")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _integer(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} must be an integer, not {value!r}")
+    return value
+
+
+def _quantity(value: Any, field: str) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return units.parse_quantity(value)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from exc
+
+
+def _duration(value: Any, field: str) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return units.parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from exc
+
+
+def _usd(value: Any, field: str) -> Decimal:
+    try:
+        return units.parse_usd(value)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from exc
+
+
+def _choice(value: Any, allowed: tuple[str, ...], field: str) -> Any:
+    if value not in allowed:
+        raise ValueError(f"spec.placement.{field} must be one of {', '.join(allowed)}, not {value!r}")
+    return value

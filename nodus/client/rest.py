@@ -1,0 +1,233 @@
+"""The REST client: CRUD, lists that follow ``continue``, watches and raw streams of ``nodus.dev/v1``.
+
+One ``httpx.AsyncClient`` per :class:`Client`, so connections are kept alive and reused (HTTP/1.1;
+a watch holds one connection for as long as it runs, hence ``max_connections``). Every call is a
+single request: the client never retries on its own, because only the caller knows whether a
+write may be repeated. Errors are :mod:`nodus.client.errors` classes; transport failures stay
+``httpx.TransportError``.
+
+Addressing: ``plural`` is the resource (``"jobs"``), ``namespace`` the project, and ``None`` for
+cluster-scoped kinds (``projects``, ``nodes``, ``leases``) or to list and watch across projects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from nodus.client import errors, watching
+from nodus.client.config import ClientConfig
+
+API_PREFIX = "/apis/nodus.dev/v1"
+Object = dict[str, Any]
+_JSON = "application/json"
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+def path(plural: str, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    """The URL path of a collection, an object or an object's subresource."""
+    parts = [API_PREFIX]
+    if namespace is not None:
+        parts += ["namespaces", quote(namespace, safe="")]
+    parts.append(plural)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+        if subresource is not None:
+            parts.append(subresource)
+    return "/".join(parts)
+
+
+class Client:
+    """An async API client; use as ``async with Client(config) as client:`` or call :meth:`aclose`.
+
+    Returned objects are fresh dicts the caller owns.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        user_agent: str = "nodus",
+        timeout: float = 30.0,
+        max_connections: int = 64,
+    ) -> None:
+        self.config = config
+        self._timeout = timeout
+        headers = {"User-Agent": user_agent, "Accept": _JSON}
+        if config.token:
+            headers["Authorization"] = f"Bearer {config.token}"
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            headers=headers,
+            verify=config.ssl_context() if config.server.startswith("https:") else True,
+            timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # Raw requests
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send one request (``kwargs`` as for ``httpx.AsyncClient.request``); raises APIError on >= 400."""
+        response = await self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise errors.from_response(response.status_code, response.reason_phrase, response.content)
+        return response
+
+    async def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> AsyncGenerator[str, None]:
+        """The lines of a text stream such as ``.../attempts/{name}/log?follow=true`` (no read timeout).
+
+        Close it with ``contextlib.aclosing`` when stopping early, so the connection is released at once.
+        """
+        timeout = httpx.Timeout(self._timeout, read=None)
+        async with self._http.stream("GET", path, params=params, headers={"Accept": "*/*"}, timeout=timeout) as r:
+            if r.status_code >= 400:
+                raise errors.from_response(r.status_code, r.reason_phrase, await r.aread())
+            async for line in watching.lines(r):
+                yield line.decode("utf-8", "replace").removesuffix("\r")
+
+    async def _json(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Object:
+        if body is not None:
+            kwargs["content"] = orjson.dumps(body)
+            kwargs.setdefault("headers", {}).setdefault("Content-Type", _JSON)
+        response = await self.request(method, path, **kwargs)
+        value = orjson.loads(response.content) if response.content else {}
+        if not isinstance(value, dict):
+            raise errors.APIError(response.status_code, "UnexpectedResponse", "the response is not a JSON object")
+        return value
+
+    # Verbs
+
+    async def get(self, plural: str, name: str, namespace: str | None = None) -> Object:
+        return await self._json("GET", path(plural, namespace, name))
+
+    async def list(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> Object:
+        """Every matching object, fetched ``limit`` at a time; all pages are one snapshot.
+
+        Returns the first page's envelope with every item and no ``continue``:
+        ``{"items": [...], "metadata": {"resourceVersion": ...}, ...}``. A continue token that expires
+        mid-way raises :class:`Gone`; list again.
+        """
+        params: dict[str, str] = {"limit": str(limit)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        result: Object | None = None
+        items: list[Object] = []
+        while True:
+            page = await self._json("GET", path(plural, namespace), params=params)
+            items.extend(page.get("items") or [])
+            if result is None:
+                result = page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params["continue"] = token
+        metadata = dict(result.get("metadata") or {})
+        metadata.pop("continue", None)
+        metadata.pop("remainingItemCount", None)
+        return {**result, "metadata": metadata, "items": items}
+
+    async def create(self, plural: str, body: Object, namespace: str | None = None) -> Object:
+        return await self._json("POST", path(plural, namespace), body)
+
+    async def update(
+        self, plural: str, body: Object, namespace: str | None = None, *, subresource: str | None = None
+    ) -> Object:
+        """PUT ``body`` (named by ``metadata.name``); its ``metadata.resourceVersion`` is a precondition:
+        a stale one raises :class:`Conflict`."""
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            raise ValueError("update needs metadata.name in the body")
+        return await self._json("PUT", path(plural, namespace, str(name), subresource), body)
+
+    async def patch(
+        self, plural: str, name: str, patch: Object, namespace: str | None = None, *, subresource: str | None = None
+    ) -> Object:
+        """A JSON merge patch (RFC 7386). A ``metadata.resourceVersion`` in the patch is a precondition
+        (stale: :class:`Conflict`); without one the server applies it to the latest version."""
+        headers = {"Content-Type": _MERGE_PATCH}
+        return await self._json("PATCH", path(plural, namespace, name, subresource), patch, headers=headers)
+
+    async def delete(
+        self,
+        plural: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str | None = None,
+        uid: str | None = None,
+    ) -> Object | None:
+        """Delete; returns the object as deleted (or, with finalizers, as now marked for deletion).
+
+        ``uid`` is a precondition: a different object of the same name is not deleted (:class:`Conflict`).
+        A missing object raises :class:`NotFound`.
+        """
+        options: Object = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        result = await self._json("DELETE", path(plural, namespace, name), options)
+        return result or None
+
+    async def watch(
+        self,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+    ) -> AsyncGenerator[watching.WatchEvent, None]:
+        """Changes after ``resource_version``; without one, first an ADDED event for every current object.
+
+        Ends when the server ends the stream (after ``timeout_seconds``, or its default of 30-60
+        minutes). Raises :class:`Gone` when ``resource_version`` has left the watch log, and
+        :class:`APIError` for any other ERROR event. The read timeout is ``timeout_seconds`` plus
+        the client timeout, so a silently dead connection ends with ``httpx.ReadTimeout`` when a
+        timeout is given. Close with ``contextlib.aclosing`` when stopping early.
+        """
+        params: dict[str, str] = {"watch": "true", "allowWatchBookmarks": "true" if allow_bookmarks else "false"}
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        read: float | None = None
+        if timeout_seconds is not None:
+            params["timeoutSeconds"] = str(timeout_seconds)
+            read = timeout_seconds + self._timeout
+        timeout = httpx.Timeout(self._timeout, read=read)
+        async with self._http.stream("GET", path(plural, namespace), params=params, timeout=timeout) as response:
+            if response.status_code >= 400:
+                raise errors.from_response(response.status_code, response.reason_phrase, await response.aread())
+            async for event in watching.events(response):
+                yield event

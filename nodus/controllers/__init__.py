@@ -1,0 +1,1 @@
+"""``nodus controllers``: reconcilers for every kind, one active leader, all through the API."""

@@ -1,0 +1,165 @@
+"""The manager runs reconcilers on keys from informers: retries errors with backoff, honours
+requeue_after, drops terminal errors, shares informers, and runs workers only while leading."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from nodus.client import Client
+from nodus.controllers.runtime import (
+    Informer,
+    Key,
+    LeaderElector,
+    Manager,
+    Result,
+    TerminalError,
+    WorkQueue,
+    enqueue_object,
+    enqueue_owner,
+)
+from tests.support.objects import job
+from tests.support.waiting import eventually
+
+
+class Recording:
+    """Reconciles by counting calls per key; behaviour per job name is scripted by its labels."""
+
+    def __init__(self, jobs: Informer) -> None:
+        self.jobs = jobs
+        self.calls: Counter[Key] = Counter()
+        self.active: set[Key] = set()
+        self.overlap = False
+
+    async def reconcile(self, key: Key) -> Result | None:
+        if key in self.active:
+            self.overlap = True
+        self.active.add(key)
+        try:
+            self.calls[key] += 1
+            await asyncio.sleep(0.01)
+            obj = self.jobs.get(*key)
+            behaviour = ((obj or {}).get("metadata", {}).get("labels") or {}).get("behaviour")
+            if behaviour == "flaky" and self.calls[key] < 3:
+                raise RuntimeError("transient failure")
+            if behaviour == "terminal":
+                raise TerminalError("cannot ever work")
+            if behaviour == "timer" and self.calls[key] < 3:
+                return Result(requeue_after=0.05)
+            return None
+        finally:
+            self.active.discard(key)
+
+
+@contextlib.asynccontextmanager
+async def running(manager: Manager) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(manager.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _manager(client: Client, project: str, elector: LeaderElector | None = None) -> tuple[Manager, Recording]:
+    manager = Manager(client, elector=elector)
+    jobs = manager.informer("jobs", namespace=project)
+    queue: WorkQueue[Key] = WorkQueue()
+    jobs.add_handler(enqueue_object(queue))
+    reconciler = Recording(jobs)
+    manager.add_controller("test", reconciler, queue, workers=4)
+    return manager, reconciler
+
+
+async def test_reconciles_each_object_and_retries_failures(
+    client: Client, project: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await client.create("jobs", job("existing"), project)
+    manager, reconciler = _manager(client, project)
+    async with running(manager):
+        await eventually(lambda: reconciler.calls[(project, "existing")] >= 1)
+        await client.create("jobs", job("flaky", labels={"behaviour": "flaky"}), project)
+        await client.create("jobs", job("timer", labels={"behaviour": "timer"}), project)
+        with caplog.at_level(logging.ERROR, logger="nodus.controllers.test"):
+            await client.create("jobs", job("terminal", labels={"behaviour": "terminal"}), project)
+            await eventually(lambda: reconciler.calls[(project, "flaky")] >= 3)  # failed twice, retried
+            await eventually(lambda: reconciler.calls[(project, "timer")] >= 3)  # requeued without a change
+            await eventually(lambda: reconciler.calls[(project, "terminal")] >= 1)
+            await eventually(lambda: any("will not be retried" in r.getMessage() for r in caplog.records))
+
+        before = reconciler.calls[(project, "existing")]
+        await client.delete("jobs", "existing", project)  # a deletion is reconciled too
+        await eventually(lambda: reconciler.calls[(project, "existing")] > before)
+    assert reconciler.calls[(project, "terminal")] == 1  # not retried
+    assert not reconciler.overlap  # one key is never reconciled twice at once
+
+
+async def test_failures_are_logged_with_a_traceback(
+    client: Client, project: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager, reconciler = _manager(client, project)
+    with caplog.at_level(logging.ERROR, logger="nodus.controllers.test"):
+        async with running(manager):
+            await client.create("jobs", job("flaky", labels={"behaviour": "flaky"}), project)
+            await eventually(lambda: reconciler.calls[(project, "flaky")] >= 3)
+    failures = [r for r in caplog.records if r.name == "nodus.controllers.test" and r.exc_info]
+    assert failures and "transient failure" in str(failures[0].exc_info[1] if failures[0].exc_info else "")
+
+
+async def test_informers_are_shared(client: Client, project: str) -> None:
+    manager = Manager(client)
+    first = manager.informer("jobs", namespace=project, resync=60)
+    assert manager.informer("jobs", namespace=project, resync=30) is first and first.resync == 30
+    assert manager.informer("jobs", namespace=project, label_selector="a=b") is not first
+    assert manager.informer("jobs") is not first
+
+
+def test_enqueue_owner_queues_the_controlling_owner() -> None:
+    queue: WorkQueue[Key] = WorkQueue()
+    handler = enqueue_owner(queue, "Job")
+    attempt = {
+        "metadata": {
+            "name": "train-0-1",
+            "namespace": "p",
+            "ownerReferences": [
+                {"kind": "Job", "name": "train", "controller": True},
+                {"kind": "Job", "name": "not-controller"},
+                {"kind": "Node", "name": "n", "controller": True},
+            ],
+        }
+    }
+    handler(None, attempt)
+    handler(attempt, None)
+    assert len(queue) == 1
+
+
+async def test_workers_run_only_while_leading(client: Client, project: str) -> None:
+    lease = f"test-{uuid.uuid4().hex[:8]}"
+    holder = LeaderElector(client, lease, "holder", lease_duration=60, renew_deadline=2.0, retry_period=0.2)
+    leading = asyncio.Event()
+
+    async def hold() -> None:
+        leading.set()
+        await asyncio.Event().wait()
+
+    held = asyncio.create_task(holder.run(hold))
+    await asyncio.wait_for(leading.wait(), 30)
+    elector = LeaderElector(client, lease, "manager", lease_duration=60, renew_deadline=2.0, retry_period=0.2)
+    manager, reconciler = _manager(client, project, elector)
+    await client.create("jobs", job("waiting"), project)
+    async with running(manager):
+        await asyncio.wait_for(manager.wait_synced(), 30)
+        await asyncio.sleep(0.5)
+        assert not reconciler.calls  # standing by: cache warm, no work
+        held.cancel()  # the holder shuts down cleanly and releases the lease
+        with contextlib.suppress(asyncio.CancelledError):
+            await held
+        await eventually(lambda: reconciler.calls[(project, "waiting")] >= 1, timeout=20)
+        assert elector.is_leader

@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	./.ci/install-system-packages
 	touch $(STAMP)
 
 ## Run the whole system locally (embedded PostgreSQL, API server over TLS, kubeconfig).

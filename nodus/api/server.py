@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nodus.api import bootstrap
+from nodus.api import bootstrap, offerings
 from nodus.api.auth.authorization import Authorizer, member_names
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
@@ -41,12 +41,15 @@ class APIServer:
         self.authorizer = Authorizer(self._project, self._projects_for)
         self.metrics = Metrics()
         self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync)
+        # Read before serving, so that a bad price book stops the server before it starts.
+        self.price_book = offerings.load(settings.price_book)
         self.ready = False
 
     async def start(self) -> None:
         await self.storage.start()
         for project in self.settings.bootstrap_projects:
             await bootstrap.ensure_project(self.stores["projects"], project)
+        await offerings.sync(self.storage, self.price_book)
         self.garbage_collector.start()
         self.ready = True
 

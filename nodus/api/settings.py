@@ -29,3 +29,5 @@ class ServerSettings:
     gc_resync: float = 5.0
     # Projects created at start when missing (nodus dev: "default").
     bootstrap_projects: tuple[str, ...] = field(default=())
+    # The price book the stored Offerings are made equal to at start; None: the one shipped with Nodus.
+    price_book: Path | None = None

@@ -14,8 +14,10 @@ import asyncio
 import gc
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -69,13 +71,45 @@ def config(server: APIServer, listener: Listener) -> uvicorn.Config:
     )
 
 
-async def serve(server: APIServer, listener: Listener, ready: asyncio.Event | None = None) -> None:
+class _Server(uvicorn.Server):
+    """uvicorn's server; on the first stop signal it first awaits ``before_exit``, then drains."""
+
+    def __init__(self, config: uvicorn.Config, before_exit: Callable[[], Awaitable[None]] | None) -> None:
+        super().__init__(config)
+        self._before_exit = before_exit
+        self._exiting: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        before, self._before_exit = self._before_exit, None
+        if before is None:  # no hook, or a second signal: stop now
+            super().handle_exit(sig, frame)
+            return
+
+        async def exit_after_hook() -> None:
+            try:
+                await before()
+            finally:
+                super(_Server, self).handle_exit(sig, frame)
+
+        self._exiting = asyncio.get_running_loop().create_task(exit_after_hook())
+
+
+async def serve(
+    server: APIServer,
+    listener: Listener,
+    ready: asyncio.Event | None = None,
+    before_exit: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM (uvicorn installs the handlers); ``ready`` is set once listening.
+
+    ``before_exit`` is awaited when a signal arrives, before the server starts draining: ``nodus
+    dev`` stops its controllers there while the API still answers, so that they release their Lease,
+    take the simulated hosts down, and their watches do not hold up the graceful shutdown.
 
     Once the server is up, everything alive is long-lived: it is moved out of the garbage collector's
     generations (``gc.freeze``) so that collections under load stay short.
     """
-    uv = uvicorn.Server(config(server, listener))
+    uv = _Server(config(server, listener), before_exit)
     task = asyncio.ensure_future(uv.serve())
     while not uv.started and not task.done():  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.05)

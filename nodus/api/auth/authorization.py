@@ -6,6 +6,9 @@ holds; **Editor** may also create, update, patch and delete it; **Owner** may al
 Project itself (its members). Creating and deleting Projects, and writing any ``/status``, is for
 administrators (controllers run as administrators). A cluster-wide list or watch is narrowed to
 the projects the caller can read and reveals nothing about the others.
+
+The other cluster-scoped kinds (Offering, Node, Lease) describe the installation, not a tenant:
+every authenticated user may get, list and watch them, and only administrators write them.
 """
 
 from __future__ import annotations
@@ -57,7 +60,16 @@ def member_names(principal: Principal) -> list[str]:
     return [principal.user, *(f"group:{g}" for g in principal.groups)]
 
 
-def forbidden(principal: Principal, verb: str, info: KindInfo, project: str | None, needed: str) -> APIError:
+def narrowed_by_project(info: KindInfo) -> bool:
+    """Whether a caller's lists and watches of this kind show only the projects it may read: the
+    namespaced kinds (by project) and Project itself (by name). Other cluster-scoped kinds are
+    readable by every authenticated user and never narrowed."""
+    return info.namespaced or info.kind == "Project"
+
+
+def forbidden(
+    principal: Principal, verb: str, info: KindInfo, project: str | None, needed: str, why: str = ""
+) -> APIError:
     where = f' in project "{project}"' if project else " at the cluster scope"
     sub = ""
     if verb.endswith("/status"):
@@ -66,7 +78,20 @@ def forbidden(principal: Principal, verb: str, info: KindInfo, project: str | No
         f'{info.plural}.{GROUP} is forbidden: User "{principal.user}" cannot {verb} resource '
         f'"{info.plural}{sub}" in API group "{GROUP}"{where}'
     )
+    if why:
+        message += f": {why}"
     return APIError("Forbidden", message, fix=needed, details={"group": GROUP, "kind": info.plural})
+
+
+def _read_only(principal: Principal, verb: str, info: KindInfo, project: str | None) -> APIError:
+    return forbidden(
+        principal,
+        verb,
+        info,
+        project,
+        f"{info.kind} objects are written only by Nodus; users may get, list and watch them.",
+        why=f"{info.plural} are read-only",
+    )
 
 
 class Authorizer:
@@ -103,18 +128,20 @@ class Authorizer:
         if info.kind == "Project":
             await self._authorize_project(principal, verb, info, name, seen)
             return
+        if not info.namespaced:
+            if verb in READ_VERBS:
+                return
+            if not info.user_writable:
+                raise _read_only(principal, verb, info, None)
+            raise forbidden(
+                principal, verb, info, None, f"Only administrators (group system:masters) write {info.plural}."
+            )
         if namespace is None:
             if verb in ("list", "watch"):
                 return
             raise forbidden(principal, verb, info, None, "Name a project with -n <project>.")
         if verb not in READ_VERBS and not info.user_writable:
-            raise forbidden(
-                principal,
-                verb,
-                info,
-                namespace,
-                f"{info.kind} objects are written only by Nodus controllers; users may get, list and watch.",
-            )
+            raise _read_only(principal, verb, info, namespace)
         needed = Role.VIEWER if verb in READ_VERBS else Role.EDITOR
         role = role_in(await self._lookup(namespace, seen), principal)
         if role < needed:

@@ -16,6 +16,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from nodus.api import tables
+from nodus.api.auth import authorization
 from nodus.api.errors import APIError, expired
 from nodus.api.http import queries
 from nodus.api.http.queries import ListOptions
@@ -56,10 +57,10 @@ async def build_query(
             if wanted > current:
                 raise too_large(wanted, current)
     namespaces = names = None
-    if readable is not None:
+    if readable is not None and authorization.narrowed_by_project(info):
         if info.namespaced:
             namespaces = tuple(readable)
-        else:
+        else:  # Project: the projects themselves
             names = tuple(readable)
     return ListQuery(
         kind=info.kind,

@@ -125,6 +125,9 @@ def _verb(method: str, target: Target, request: Request) -> str:
 
 
 def _check_verb(info: KindInfo, verb: str) -> None:
+    """405 for a verb the kind does not serve. Checked after authorisation, as kube-apiserver does (its
+    authorisation filter runs before the handler): a user who may not write a read-only kind hears why
+    (403), an administrator that the kind has no such verb."""
     if verb not in info.verbs:
         raise method_not_allowed(verb, info.plural)
 
@@ -133,8 +136,8 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
     info = target.info
     representation = negotiation.representation(request.headers.get("accept"))
     verb = _verb("GET", target, request)
-    _check_verb(info, verb)
     await server.authorizer.authorize(principal, verb, info, target.namespace, target.name, target.subresource)
+    _check_verb(info, verb)
     if verb == "get":
         obj = await server.stores[info.plural].get(target.namespace, target.name or "")
         return _render(obj, info, representation, 200, None, request.query_params.get("includeObject", "Metadata"))
@@ -160,7 +163,6 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
 
 async def _create(server: APIServer, request: Request, principal: Principal, target: Target) -> Response:
     info = target.info
-    _check_verb(info, "create")
     if info.namespaced and target.namespace is None:
         raise bad_request(
             f"{info.plural} are created in a project: POST /apis/nodus.dev/v1/namespaces/<project>/{info.plural}",
@@ -168,6 +170,7 @@ async def _create(server: APIServer, request: Request, principal: Principal, tar
         )
     ctx = _context(request, principal)
     await server.authorizer.authorize(principal, "create", info, target.namespace, None, seen=ctx.projects)
+    _check_verb(info, "create")
     representation = negotiation.representation(request.headers.get("accept"))
     body = await _body(request, ctx, info)
     obj = await server.stores[info.plural].create(target.namespace, body, ctx)
@@ -176,8 +179,8 @@ async def _create(server: APIServer, request: Request, principal: Principal, tar
 
 async def _update(server: APIServer, request: Request, principal: Principal, target: Target) -> Response:
     info = target.info
-    _check_verb(info, "update")
     await server.authorizer.authorize(principal, "update", info, target.namespace, target.name, target.subresource)
+    _check_verb(info, "update")
     representation = negotiation.representation(request.headers.get("accept"))
     ctx = _context(request, principal)
     body = await _body(request, ctx, info)
@@ -188,8 +191,8 @@ async def _update(server: APIServer, request: Request, principal: Principal, tar
 
 async def _patch(server: APIServer, request: Request, principal: Principal, target: Target) -> Response:
     info = target.info
-    _check_verb(info, "patch")
     await server.authorizer.authorize(principal, "patch", info, target.namespace, target.name, target.subresource)
+    _check_verb(info, "patch")
     representation = negotiation.representation(request.headers.get("accept"))
     ctx = _context(request, principal)
     kind = negotiation.content_type(request.headers.get("content-type"))
@@ -321,8 +324,8 @@ async def _delete_options(request: Request) -> dict[str, Any]:
 
 async def _delete(server: APIServer, request: Request, principal: Principal, target: Target) -> Response:
     info = target.info
-    _check_verb(info, "delete")
     await server.authorizer.authorize(principal, "delete", info, target.namespace, target.name)
+    _check_verb(info, "delete")
     ctx = _context(request, principal)
     options = await _delete_options(request)
     assert target.name is not None
@@ -333,10 +336,10 @@ async def _delete(server: APIServer, request: Request, principal: Principal, tar
 
 async def _delete_collection(server: APIServer, request: Request, principal: Principal, target: Target) -> Response:
     info = target.info
-    _check_verb(info, "deletecollection")
     if info.namespaced and target.namespace is None:
         raise bad_request("deletecollection needs a project: /namespaces/<project>/" + info.plural)
     await server.authorizer.authorize(principal, "deletecollection", info, target.namespace, None)
+    _check_verb(info, "deletecollection")
     ctx = _context(request, principal)
     options = await _delete_options(request)
     list_options = queries.parse(request.query_params, info)

@@ -21,6 +21,7 @@ import orjson
 from starlette.responses import Response
 
 from nodus.api import tables
+from nodus.api.auth import authorization
 from nodus.api.errors import APIError, expired
 from nodus.api.http.lists import build_query, open_list, too_large
 from nodus.api.http.queries import ListOptions
@@ -297,7 +298,7 @@ async def respond_watch(
         info.kind,
         info.namespaced,
         namespace if info.namespaced else None,
-        frozenset(readable) if readable is not None else None,
+        frozenset(readable) if readable is not None and authorization.narrowed_by_project(info) else None,
         options.labels,
         fields,
     )

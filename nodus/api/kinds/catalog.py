@@ -6,6 +6,7 @@ from nodus.api.kinds.attempt import ATTEMPT
 from nodus.api.kinds.job import JOB
 from nodus.api.kinds.lease import LEASE
 from nodus.api.kinds.node import NODE
+from nodus.api.kinds.offering import OFFERING
 from nodus.api.kinds.project import PROJECT
 from nodus.api.registry import Registry
 
@@ -17,4 +18,5 @@ def registry() -> Registry:
     kinds.register(ATTEMPT)
     kinds.register(NODE)
     kinds.register(LEASE)
+    kinds.register(OFFERING)
     return kinds

@@ -1,0 +1,215 @@
+"""``nodus agent``: one per host. Registers its Node, heartbeats, runs the Attempts bound to it.
+
+The agent is an API client like any other. It watches the Attempts labelled with its node
+(``nodus.dev/node=<name>``) and its own Node, and converges: an attempt assigned here that has not
+ended gets a run (one at a time: hosts are dedicated); an attempt with ``spec.stop`` is stopped
+(SIGTERM, then SIGKILL after its grace period). Its Node is its lifeline:
+
+* marked ``Lost`` (heartbeats lapsed, say after a network partition): its attempts have been
+  replaced elsewhere, so it kills whatever still runs and exits, never running a slot twice;
+* marked ``Terminating`` with a deadline (``nodus.dev/terminate-at``, a preemption notice): it stops
+  its attempts before the deadline, reports them ``Lost``/``Preempted`` and exits;
+* ``Failed`` (the host never booted): it exits.
+
+SIGTERM or SIGINT to the agent means the host is going away now: the same as a notice with a short
+deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import nodus
+from nodus.agent.running import AttemptRun, HostFacts
+from nodus.agent.runtime import Runtime
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.controllers.runtime.informers import Informer
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.agent")
+
+TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+TERMINATE_AT_ANNOTATION = "nodus.dev/terminate-at"
+
+
+@dataclass
+class AgentSettings:
+    node_name: str
+    offering: str
+    work_dir: Path
+    gpus: int | None = None
+    heartbeat_interval: timedelta = timedelta(seconds=10)
+    shutdown_grace: float = 10.0
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings, client: Client, runtime: Runtime) -> None:
+        self.settings = settings
+        self.client = client
+        self.runtime = runtime
+        self.runs: dict[str, AttemptRun] = {}
+        self._kick = asyncio.Event()
+        self._leaving: str | None = None
+        self.host: HostFacts | None = None
+        self.attempts = Informer(client, "attempts", label_selector=f"nodus.dev/node={settings.node_name}")
+        self.node = Informer(client, "nodes", field_selector=f"metadata.name={settings.node_name}")
+        self.attempts.add_handler(self._changed)
+        self.node.add_handler(self._changed)
+
+    def _changed(self, old: Object | None, new: Object | None) -> None:
+        self._kick.set()
+
+    async def run(self) -> None:
+        offering = await self.client.get("offerings", self.settings.offering)
+        await self.register(offering)
+        async with asyncio.TaskGroup() as tasks:
+            watching = [tasks.create_task(self.attempts.run()), tasks.create_task(self.node.run())]
+            beating = tasks.create_task(self._heartbeat())
+            try:
+                await self.attempts.wait_synced()
+                await self.node.wait_synced()
+                await self._converge_forever()
+            finally:
+                for task in (*watching, beating):
+                    task.cancel()
+
+    async def register(self, offering: Object) -> None:
+        """Create the Node if nobody did (an agent started by hand) and report it Ready."""
+        name, spec = self.settings.node_name, offering.get("spec") or {}
+        gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
+        self.host = HostFacts(name, self.settings.offering, list(range(gpus)), self.settings.work_dir)
+        try:
+            node = await self.client.get("nodes", name)
+        except errors.NotFound:
+            body = {
+                "apiVersion": "nodus.dev/v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"nodus.dev/offering": self.settings.offering}},
+                "spec": {"offering": self.settings.offering, "provider": "manual"},
+            }
+            node = await self.client.create("nodes", body)
+        if (node.get("spec") or {}).get("offering") != self.settings.offering:
+            raise SystemExit(
+                f"node {name} provides offering {node['spec'].get('offering')}, not {self.settings.offering}"
+            )
+        phase = (node.get("status") or {}).get("phase")
+        if phase in ("Lost", "Failed", "Terminating"):
+            raise SystemExit(f"node {name} is {phase}; start the agent under a new node name")
+        now = units.now()
+        status = {
+            **(node.get("status") or {}),
+            "phase": "Ready",
+            "readyTime": units.format_time(now),
+            "heartbeatTime": units.format_micro_time(now),
+            "capacity": {
+                "gpus": gpus,
+                "cpu": str(spec.get("vcpu", "")),
+                **{k: spec[k] for k in ("memory", "disk") if spec.get(k)},
+            },
+            "gpuIndexes": list(range(gpus)),
+            "addresses": [
+                {"type": "Hostname", "address": socket.gethostname()},
+                {"type": "InternalIP", "address": "127.0.0.1"},
+            ],
+            "runtime": self.runtime.name,
+            "agentVersion": nodus.__version__,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "AgentReady",
+                    "message": "The node agent is registered and heartbeating.",
+                    "lastTransitionTime": units.format_time(now),
+                }
+            ],
+        }
+        status.pop("reason", None)
+        status.pop("message", None)
+        await self.client.update("nodes", {**node, "status": status}, subresource="status")
+        log.info(
+            "node %s registered (offering %s, %d GPUs, runtime %s)",
+            name,
+            self.settings.offering,
+            gpus,
+            self.runtime.name,
+        )
+
+    async def _heartbeat(self) -> None:
+        interval = self.settings.heartbeat_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            patch = {"status": {"heartbeatTime": units.format_micro_time(units.now())}}
+            try:
+                await self.client.patch("nodes", self.settings.node_name, patch, subresource="status")
+            except errors.NotFound:
+                self.leave("the Node was deleted", 0)
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    def leave(self, why: str, grace: float, *, reason: str = "NodeLost") -> None:
+        """Stop every run within ``grace`` and exit once they have reported."""
+        if self._leaving is None:
+            log.warning("leaving: %s", why)
+            self._leaving = why
+        for run in self.runs.values():
+            run.request_stop("HostGone", grace, lost_reason=reason)
+        self._kick.set()
+
+    async def _converge_forever(self) -> None:
+        while True:
+            self._converge()
+            if self._leaving is not None and all(r.task is None or r.task.done() for r in self.runs.values()):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), 1.0)
+            self._kick.clear()
+
+    def _converge(self) -> None:
+        node = self.node.get(None, self.settings.node_name)
+        if node is not None:
+            self._watch_node(node)
+        for attempt in self.attempts.items():
+            uid = attempt["metadata"]["uid"]
+            spec, status = attempt.get("spec") or {}, attempt.get("status") or {}
+            run = self.runs.get(uid)
+            if run is None:
+                if status.get("phase") in TERMINAL or spec.get("node") != self.settings.node_name or self._leaving:
+                    continue
+                if any(r.task is not None and not r.task.done() for r in self.runs.values()):
+                    continue  # dedicated host: one attempt at a time; the next starts when this ends
+                assert self.host is not None
+                run = AttemptRun(attempt, self.client, self.runtime, self.host)
+                self.runs[uid] = run
+                stop = spec.get("stop")
+                if stop:
+                    run.request_stop(str(stop.get("reason", "Stopped")), float(stop.get("gracePeriodSeconds", 30)))
+                run.start()
+            elif spec.get("stop"):
+                stop = spec["stop"]
+                run.request_stop(str(stop.get("reason", "Stopped")), float(stop.get("gracePeriodSeconds", 30)))
+        for uid in [u for u, r in self.runs.items() if r.task is not None and r.task.done()]:
+            if self.attempts.get(self.runs[uid].namespace, self.runs[uid].name) is None:
+                del self.runs[uid]
+
+    def _watch_node(self, node: Object) -> None:
+        status = node.get("status") or {}
+        phase = status.get("phase")
+        if phase == "Lost":
+            self.leave("the node was marked Lost; its attempts have been replaced", 0)
+        elif phase == "Failed":
+            self.leave("the node was marked Failed", 0)
+        elif phase == "Terminating":
+            deadline_text = (node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION)
+            grace = self.settings.shutdown_grace
+            if deadline_text:
+                grace = max((units.parse_time(deadline_text) - units.now()).total_seconds() - 1.0, 0.0)
+            reason = "Preempted" if status.get("reason") == "Preempted" else "NodeLost"
+            self.leave(f"the node is terminating ({status.get('reason')})", grace, reason=reason)

@@ -1,0 +1,95 @@
+"""The host-side directory of one attempt, and how it appears inside the sandbox.
+
+Every attempt gets ``<root>/<attempt name>/`` on the host::
+
+    nodus/inputs/    -> /nodus/inputs   (read-only inside)
+    nodus/outputs/   -> /nodus/outputs
+    nodus/state/     -> /nodus/state
+    nodus/secrets/   -> /nodus/secrets  (mode 0700 on the host)
+    nodus/scratch/   -> /nodus/scratch
+    workdir/         -> the attempt's working directory (``spec.workingDir``, e.g. /workspace)
+
+``root`` holds every attempt of the node, so the sandbox hides it as a whole: one attempt must not
+read another's secrets through the read-only view of the host. The layout owns only the directory
+tree; what goes into it (inputs, secrets) and when it is removed is the agent's decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+# The directories under /nodus/ inside the sandbox, in the order of the contract.
+NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch")
+# Mount point of the layout's nodus/ directory inside the sandbox.
+SANDBOX_NODUS_DIR = "/nodus"
+
+
+@dataclass(frozen=True)
+class AttemptLayout:
+    """Host paths of one attempt. Build it with :meth:`create`; the constructor does not touch the disk."""
+
+    root: Path
+    """The directory that holds every attempt's directory on this node."""
+    directory: Path
+    """This attempt's directory, ``root / attempt name``."""
+
+    @classmethod
+    def create(cls, root: Path, attempt_name: str) -> AttemptLayout:
+        """Create (or reuse, if it exists) the attempt's directory tree under ``root`` and return it.
+
+        Idempotent, so an agent that restarts mid-attempt finds the same directories and their contents.
+        Raises ValueError for a name that is not a single path component.
+        """
+        if attempt_name in ("", ".", "..") or "/" in attempt_name or "\0" in attempt_name:
+            raise ValueError(f"{attempt_name!r} is not a valid attempt directory name")
+        root = root.absolute()
+        layout = cls(root=root, directory=root / attempt_name)
+        for name in NODUS_DIRECTORIES:
+            (layout.nodus_dir / name).mkdir(parents=True, exist_ok=True)
+        # Secrets are readable by the agent's user only; the sandboxed program runs as that user.
+        layout.secrets.chmod(0o700)
+        layout.workdir.mkdir(exist_ok=True)
+        return layout
+
+    @property
+    def nodus_dir(self) -> Path:
+        """Host path of what the program sees as ``/nodus``."""
+        return self.directory / "nodus"
+
+    @property
+    def inputs(self) -> Path:
+        return self.nodus_dir / "inputs"
+
+    @property
+    def outputs(self) -> Path:
+        return self.nodus_dir / "outputs"
+
+    @property
+    def state(self) -> Path:
+        return self.nodus_dir / "state"
+
+    @property
+    def secrets(self) -> Path:
+        return self.nodus_dir / "secrets"
+
+    @property
+    def scratch(self) -> Path:
+        return self.nodus_dir / "scratch"
+
+    @property
+    def workdir(self) -> Path:
+        """Host path of the program's working directory (mounted at ``RunSpec.working_dir``)."""
+        return self.directory / "workdir"
+
+    def remove(self) -> None:
+        """Delete the attempt's directory and everything in it; a no-op if it is already gone.
+
+        Call it only once the attempt's process has ended: a running program would keep writing.
+        Other errors (a directory the program made unwritable, for an agent not running as root) are raised:
+        the agent decides whether leftover disk is worth a retry.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.directory)

@@ -1,0 +1,225 @@
+"""One attempt on this host: start it in the runtime, ship its output, report how it ended.
+
+Every transition is reported through the Attempt's ``/status``: ``Starting`` (with the runtime and
+the visible GPUs), ``Running`` (``startTime``), then exactly one terminal phase:
+
+* ``Succeeded`` (exit 0, reason ``Completed``);
+* ``Failed``: a customer failure, reason ``Error`` with the exit code (or the signal) and the last
+  three log lines, or ``OOMKilled``;
+* ``Stopped``: stopped on request (``spec.stop``), reason taken from the request;
+* ``Lost`` with reason ``Preempted``: the host is being reclaimed and stopped the program first.
+
+Logs are flushed before the terminal report, so whoever sees the end can read every line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodus.agent.layout import AttemptLayout
+from nodus.agent.runtime import Exit, Process, RunSpec, Runtime
+from nodus.agent.shipping import LogShipper
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.agent")
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_WORKING_DIR = "/workspace"
+MESSAGE_LINES = 3
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass
+class HostFacts:
+    """What every attempt on this host sees of it."""
+
+    node: str
+    offering: str
+    gpu_indexes: list[int]
+    work_dir: Path
+
+
+def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
+    """The environment contract: the Job's literal env, then Nodus's variables (which win)."""
+    meta, spec = attempt["metadata"], attempt.get("spec") or {}
+    env = {"PATH": BASE_PATH, "HOME": spec.get("workingDir") or DEFAULT_WORKING_DIR, "LANG": "C.UTF-8"}
+    for item in spec.get("env") or []:
+        if isinstance(item, dict) and isinstance(item.get("value"), str):
+            env[str(item["name"])] = item["value"]
+        elif isinstance(item, dict) and "valueFrom" not in item:
+            env[str(item["name"])] = ""
+    devices = ",".join(str(i) for i in host.gpu_indexes)
+    env.update(
+        NODUS_INDEX=str(spec.get("index", 0)),
+        JOB_COMPLETION_INDEX=str(spec.get("index", 0)),
+        NODUS_JOB=str(spec.get("job", "")),
+        NODUS_PROJECT=str(meta.get("namespace", "")),
+        NODUS_ATTEMPT=str(meta.get("name", "")),
+        NODUS_ATTEMPT_NUMBER=str(spec.get("number", 1)),
+        NODUS_NODE=host.node,
+        NODUS_OFFERING=host.offering,
+        NVIDIA_VISIBLE_DEVICES=devices or "void",
+        CUDA_VISIBLE_DEVICES=devices,
+    )
+    return env
+
+
+def scrub(line: str, limit: int = 400) -> str:
+    """A log line fit for ``status.message``: no terminal escapes or control characters, bounded."""
+    clean = _CONTROL.sub("", line).rstrip()
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+
+
+@dataclass
+class AttemptRun:
+    """The run of one attempt; ``task`` ends after the terminal report."""
+
+    attempt: Object
+    client: Client
+    runtime: Runtime
+    host: HostFacts
+    process: Process | None = None
+    stop_reason: str | None = None
+    lost_reason: str | None = None
+    task: asyncio.Task[None] | None = None
+    _tail: deque[str] = field(default_factory=lambda: deque(maxlen=MESSAGE_LINES))
+    _stop_grace: float = 30.0
+    _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return str(self.attempt["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.attempt["metadata"]["namespace"])
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"attempt {self.namespace}/{self.name}")
+
+    def request_stop(self, reason: str, grace_seconds: float, *, lost_reason: str | None = None) -> None:
+        """Stop the program (SIGTERM, SIGKILL after the grace). With ``lost_reason`` the host is going
+        away, and the attempt ends ``Lost`` rather than ``Stopped``."""
+        if lost_reason is not None and self.lost_reason is None:
+            self.lost_reason = lost_reason
+        if self.stop_reason is not None:
+            return
+        self.stop_reason, self._stop_grace = reason, grace_seconds
+        self._stop_requested.set()
+
+    async def _run(self) -> None:
+        spec = self.attempt.get("spec") or {}
+        image = spec.get("image")
+        await self._report(
+            phase="Starting",
+            runtime={
+                "sandbox": self.runtime.name,
+                **(
+                    {"image": f"{image} (recorded, not pulled: the local runtime uses the host's filesystem)"}
+                    if image
+                    else {}
+                ),
+            },
+            gpuIndexes=self.host.gpu_indexes,
+        )
+        argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
+        if not argv:
+            message = "The local runtime cannot run an image's own entrypoint; set spec.command."
+            await self._report(phase="Failed", reason="Error", message=message, finishTime=_now())
+            return
+        layout = AttemptLayout.create(self.host.work_dir / "attempts", f"{self.namespace}.{self.name}")
+        shipper = LogShipper(self.client, self.namespace, self.name)
+        try:
+            if self.stop_reason is not None:
+                if self.lost_reason is not None:
+                    await self._report(
+                        phase="Lost", reason=self.lost_reason, message="The host went away.", finishTime=_now()
+                    )
+                else:
+                    await self._report(
+                        phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", finishTime=_now()
+                    )
+                return
+            run_spec = RunSpec(
+                argv=argv,
+                env=environment(self.attempt, self.host),
+                working_dir=spec.get("workingDir") or DEFAULT_WORKING_DIR,
+                layout=layout,
+            )
+            try:
+                self.process = await self.runtime.start(run_spec)
+            except Exception as exc:
+                await self._report(
+                    phase="Failed", reason="Error", message=scrub(f"Could not start: {exc}"), finishTime=_now()
+                )
+                return
+            await self._report(phase="Running", startTime=_now())
+            pump = asyncio.create_task(self._pump(self.process, shipper))
+            stopper = asyncio.create_task(self._stop_when_asked(self.process))
+            ended = await self.process.wait()
+            stopper.cancel()
+            await pump
+            await shipper.close()
+            await self._report_end(ended)
+        finally:
+            await shipper.close()
+            layout.remove()
+
+    async def _pump(self, process: Process, shipper: LogShipper) -> None:
+        async for stream, line in process.lines():
+            shipper.add(stream, line)
+            if line.strip():
+                self._tail.append(scrub(line))
+
+    async def _stop_when_asked(self, process: Process) -> None:
+        await self._stop_requested.wait()
+        await process.stop(self._stop_grace)
+
+    async def _report_end(self, ended: Exit) -> None:
+        base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}
+        if self.lost_reason == "Preempted":
+            message = "The host was reclaimed (interruptible capacity); the program was stopped before it went away."
+            await self._report(phase="Lost", reason="Preempted", message=message, **base)
+        elif self.lost_reason is not None:
+            message = "The host went away; the program was stopped before it did."
+            await self._report(phase="Lost", reason=self.lost_reason, message=message, **base)
+        elif ended.stopped and self.stop_reason is not None:
+            await self._report(phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", **base)
+        elif ended.code == 0:
+            await self._report(phase="Succeeded", reason="Completed", message="Exit code 0.", **base)
+        elif ended.oom_killed:
+            await self._report(
+                phase="Failed", reason="OOMKilled", message=self._failure("Killed: out of memory."), **base
+            )
+        else:
+            how = f"Exit code {ended.code}." if ended.code is not None else f"Killed by signal {ended.signal}."
+            await self._report(phase="Failed", reason="Error", message=self._failure(how), **base)
+
+    def _failure(self, how: str) -> str:
+        lines = list(self._tail)
+        return how + (" Last log lines:\n" + "\n".join(lines) if lines else "")
+
+    async def _report(self, **changes: Any) -> None:
+        patch = {"status": {k: v for k, v in changes.items() if v is not None}}
+        for delay in (0.2, 0.5, 1, 2, 5, 5, 5, 10, 10, 10):
+            try:
+                await self.client.patch("attempts", self.name, patch, self.namespace, subresource="status")
+                return
+            except errors.NotFound:
+                return  # the attempt was deleted with its Job
+            except Exception as exc:
+                log.warning("reporting %s of %s failed (%s); retrying", changes.get("phase"), self.name, exc)
+                await asyncio.sleep(delay)
+        log.error("could not report %s of %s", changes.get("phase"), self.name)
+
+
+def _now() -> str:
+    return units.format_time(units.now())

@@ -1,0 +1,310 @@
+"""How the agent runs one attempt's command on its host: the runtime interface and the exit model.
+
+A :class:`Runtime` starts a :class:`RunSpec` and hands back a :class:`Process`; the agent reads its
+output with ``lines()``, ends it with ``stop()``/``kill()`` and learns how it ended from the
+:class:`Exit`. Two runtimes implement it: ``bubblewrap`` (the default, a sandbox per attempt) and
+``unsandboxed`` (a plain process group, only when asked for by name).
+
+The exit model is exact, because Attempt status reports it (``exitCode``, ``signal``, reason):
+
+- ``code`` is the program's own exit status and ``signal`` the signal that killed it; exactly one is
+  set. The sandbox must never mask one as the other (a shell's ``128 + n`` is not a signal death).
+- ``stopped`` says the agent asked for the end (``stop()`` or ``kill()`` was called before the end
+  was seen). A stopped program may still exit 0 after SIGTERM; that is a clean stop, not a success.
+- ``oom_killed``: the local runtime cannot see cgroup OOM events, so it uses the one signal that
+  tells: the kernel's OOM killer ends a process with SIGKILL, and SIGKILL cannot be caught, so a
+  SIGKILL death the agent did not send is reported ``oom_killed=True``. A person running
+  ``kill -9`` by hand is misreported as OOM; that is the price of not watching cgroups here.
+
+Start failures are not exits: a command that cannot be executed, or a sandbox that cannot be set up
+for this attempt, raises :class:`StartFailed` (the attempt fails with that message); a runtime that
+cannot work on this host at all raises :class:`RuntimeUnavailable` from :func:`select_runtime`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Protocol
+
+from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
+
+# A line longer than this is delivered in pieces, so one endless line cannot exhaust the agent's memory.
+MAX_LINE_BYTES = 64 * 1024
+# Output buffered per stream before the program blocks on write (the agent must consume lines()).
+_PIPE_BUFFER_BYTES = 1024 * 1024
+_READ_CHUNK_BYTES = 64 * 1024
+
+
+class RuntimeUnavailable(Exception):
+    """The requested runtime cannot run on this host. The message says why and what to do."""
+
+
+class StartFailed(Exception):
+    """This attempt could not be started (command not executable, sandbox set-up refused, bad spec).
+
+    Raised by ``Runtime.start``; nothing is left running. The message is meant for the attempt's
+    status: it names the command or quotes the sandbox's own error.
+    """
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run for one attempt.
+
+    ``env`` is the program's whole environment: nothing of the agent's leaks in, so the caller puts
+    ``PATH`` (and the environment contract) there. ``working_dir`` is a path inside the sandbox,
+    e.g. ``/workspace``; it is backed by ``layout.workdir`` and is the program's cwd.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    working_dir: str
+    layout: AttemptLayout
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a process ended. Exactly one of ``code`` and ``signal`` is set."""
+
+    code: int | None
+    signal: int | None
+    oom_killed: bool
+    stopped: bool
+
+    @property
+    def succeeded(self) -> bool:
+        """The program ran to its end on its own and exited 0 (a clean exit after stop() is not a success)."""
+        return self.code == 0 and not self.stopped
+
+    @classmethod
+    def from_returncode(cls, returncode: int, *, stop_requested: bool, agent_killed: bool) -> Exit:
+        """Build an Exit from a subprocess-style return code (negative = killed by that signal).
+
+        Applies the OOM rule of this module: SIGKILL that the agent did not send means the OOM killer.
+        """
+        if returncode >= 0:
+            return cls(code=returncode, signal=None, oom_killed=False, stopped=stop_requested)
+        number = -returncode
+        oom = number == signal.SIGKILL and not agent_killed
+        return cls(code=None, signal=number, oom_killed=oom, stopped=stop_requested)
+
+    def __str__(self) -> str:
+        if self.signal is None:
+            text = f"exited with code {self.code}"
+        else:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = "unknown signal"
+            text = f"killed by signal {self.signal} ({name})"
+        if self.oom_killed:
+            text += ", presumably by the out-of-memory killer"
+        if self.stopped:
+            text += " after the agent stopped it"
+        return text
+
+
+class Process(Protocol):
+    """One running attempt. Methods are safe to call in any order, repeatedly and concurrently."""
+
+    pid: int
+    """Host pid of the process the runtime started (bwrap itself for the sandbox)."""
+
+    def lines(self) -> AsyncIterator[tuple[str, str]]:
+        """Yield ``(stream, line)`` with stream ``"stdout"`` or ``"stderr"``, without the newline.
+
+        Ends when both streams are closed, i.e. once nothing in the sandbox can write any more; a
+        last line without newline is included. Lines keep their order within a stream; across the
+        two streams the order is as observed. Call it once and consume it: a program whose output
+        is not read blocks once about 1 MiB per stream is buffered.
+        """
+        ...
+
+    async def wait(self) -> Exit:
+        """Wait for the end and return how it ended; the same Exit every time."""
+        ...
+
+    async def stop(self, grace_seconds: float) -> Exit:
+        """SIGTERM every process of the attempt, wait up to ``grace_seconds``, then SIGKILL them all.
+
+        Idempotent: a second call joins the first; after the end it returns the Exit unchanged.
+        The sequence completes even if the caller is cancelled.
+        """
+        ...
+
+    async def kill(self) -> Exit:
+        """SIGKILL every process of the attempt now and return the Exit."""
+        ...
+
+
+class Runtime(Protocol):
+    name: str
+    """``"bubblewrap"`` or ``"unsandboxed"``, as reported in Node ``status.runtime``."""
+
+    async def start(self, spec: RunSpec) -> Process:
+        """Start the command; returns once it runs (exec succeeded).
+
+        Raises StartFailed for this attempt (nothing is left running), or RuntimeUnavailable when the
+        runtime itself stopped working since it was selected (bwrap removed).
+        """
+        ...
+
+
+def select_runtime(requested: str) -> Runtime:
+    """The runtime for ``--runtime``: ``auto`` and ``bubblewrap`` need a working bwrap (probed once per
+    agent process; RuntimeUnavailable says why not), ``unsandboxed`` runs without isolation.
+
+    ``auto`` never falls back to ``unsandboxed`` silently: running customer code unisolated is a
+    choice an operator makes by name.
+    """
+    # Imported here: both implementations import this module for the interface.
+    from nodus.agent.bubblewrap import BubblewrapRuntime
+    from nodus.agent.unsandboxed import UnsandboxedRuntime
+
+    if requested in ("auto", "bubblewrap"):
+        return BubblewrapRuntime.probed()
+    if requested == "unsandboxed":
+        return UnsandboxedRuntime()
+    raise ValueError(f"unknown runtime {requested!r}: use auto, bubblewrap or unsandboxed")
+
+
+def check_spec(spec: RunSpec) -> None:
+    """Refuse a spec no runtime can run faithfully (StartFailed), before anything is started."""
+    if not spec.argv or not spec.argv[0]:
+        raise StartFailed("the command is empty")
+    if any("\0" in arg for arg in spec.argv):
+        raise StartFailed("the command contains a NUL character")
+    for name, value in spec.env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise StartFailed(f"environment variable name {name!r} or its value is not representable")
+    path = PurePosixPath(spec.working_dir)
+    reserved = ("/proc", "/dev", SANDBOX_NODUS_DIR)
+    if not path.is_absolute() or ".." in path.parts or str(path) == "/":
+        raise StartFailed(f"workingDir {spec.working_dir!r} must be an absolute path below /")
+    if any(path == PurePosixPath(top) or path.is_relative_to(top) for top in reserved):
+        raise StartFailed(f"workingDir {spec.working_dir!r} is inside {', '.join(reserved)}, which the sandbox owns")
+
+
+async def open_pipe(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """Read the pipe ``fd`` (taking ownership of it) through the event loop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_PIPE_BUFFER_BYTES)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader, transport
+
+
+async def merged_lines(streams: Mapping[str, asyncio.StreamReader]) -> AsyncIterator[tuple[str, str]]:
+    """Lines of several streams as they arrive, tagged with the stream's name (see Process.lines)."""
+    partial = dict.fromkeys(streams, b"")
+    reads: dict[asyncio.Task[bytes], str] = {}
+
+    def read_next(name: str) -> None:
+        reads[asyncio.create_task(streams[name].read(_READ_CHUNK_BYTES))] = name
+
+    for name in streams:
+        read_next(name)
+    try:
+        while reads:
+            done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                name = reads.pop(task)
+                chunk = task.result()
+                if not chunk:
+                    if partial[name]:
+                        yield name, _decode(partial[name])
+                    continue
+                *complete, rest = (partial[name] + chunk).split(b"\n")
+                for line in complete:
+                    for piece in _pieces(line):
+                        yield name, _decode(piece)
+                # A partial line is held back only up to its last piece; the full pieces before it go now.
+                kept = (len(rest) - 1) % MAX_LINE_BYTES + 1 if rest else 0
+                if full := rest[: len(rest) - kept]:
+                    for piece in _pieces(full):
+                        yield name, _decode(piece)
+                partial[name] = rest[len(rest) - kept :]
+                read_next(name)
+    finally:
+        # Only cancel: this may run while the generator is being finalised, where awaiting is not allowed.
+        for task in reads:
+            task.cancel()
+
+
+def _pieces(line: bytes) -> Iterator[bytes]:
+    """``line`` cut into pieces of at most MAX_LINE_BYTES (an empty line stays one empty piece)."""
+    yield line[:MAX_LINE_BYTES]
+    for start in range(MAX_LINE_BYTES, len(line), MAX_LINE_BYTES):
+        yield line[start : start + MAX_LINE_BYTES]
+
+
+def _decode(line: bytes) -> str:
+    # Programs print bytes, not always UTF-8; a log line must never fail to ship because of that.
+    return line.decode("utf-8", errors="replace")
+
+
+class HostProcess(abc.ABC):
+    """The stop/kill/wait choreography both runtimes share; a subclass says how to signal and how it ended.
+
+    Subclasses call :meth:`_watch` once constructed, implement :meth:`_signal` (to every process of the
+    attempt) and :meth:`_until_ended` (awaits the end, builds the Exit from the two flags below).
+    """
+
+    def __init__(self, pid: int, streams: Mapping[str, asyncio.StreamReader]) -> None:
+        self.pid = pid
+        self._streams = streams
+        self._stop_requested = False
+        self._agent_killed = False
+        self._ended: asyncio.Task[Exit] | None = None
+        self._stopping: asyncio.Task[None] | None = None
+
+    def _watch(self) -> None:
+        self._ended = asyncio.create_task(self._until_ended())
+
+    @abc.abstractmethod
+    async def _until_ended(self) -> Exit: ...
+
+    @abc.abstractmethod
+    def _signal(self, number: int) -> None:
+        """Send ``number`` to every process of the attempt that is still there; never raises for gone ones."""
+
+    def _ended_task(self) -> asyncio.Task[Exit]:
+        if self._ended is None:
+            raise RuntimeError("HostProcess subclass did not call _watch()")
+        return self._ended
+
+    async def lines(self) -> AsyncIterator[tuple[str, str]]:
+        async for item in merged_lines(self._streams):
+            yield item
+
+    async def wait(self) -> Exit:
+        # Shielded: a caller giving up on waiting must not cancel the watch everybody else relies on.
+        return await asyncio.shield(self._ended_task())
+
+    async def stop(self, grace_seconds: float) -> Exit:
+        if not self._ended_task().done() and self._stopping is None:
+            self._stop_requested = True
+            self._stopping = asyncio.create_task(self._terminate_then_kill(grace_seconds))
+        return await self.wait()
+
+    async def kill(self) -> Exit:
+        if not self._ended_task().done():
+            self._stop_requested = True
+            self._agent_killed = True
+            self._signal(signal.SIGKILL)
+        return await self.wait()
+
+    async def _terminate_then_kill(self, grace_seconds: float) -> None:
+        self._signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ended_task()), timeout=max(grace_seconds, 0.0))
+        except TimeoutError:
+            self._agent_killed = True
+            self._signal(signal.SIGKILL)

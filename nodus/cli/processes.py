@@ -1,0 +1,162 @@
+"""``nodus controllers`` and ``nodus agent``: the two long-running API clients.
+
+Both read the API server's address and credentials from a kubeconfig (``--kubeconfig``, else
+``$KUBECONFIG``). They stop cleanly on SIGTERM and SIGINT: the controllers release their Lease so
+a standby takes over at once; the agent stops its attempts and reports them before exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Coroutine
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nodus.apimachinery.units import parse_duration
+
+if TYPE_CHECKING:
+    from nodus.controllers.assembly import ControllerSettings
+
+log = logging.getLogger("nodus")
+
+
+def duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def kubeconfig_path(args: argparse.Namespace) -> Path:
+    path = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if not path:
+        raise SystemExit("name the API server with --kubeconfig FILE or $KUBECONFIG")
+    return Path(path)
+
+
+def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bool = True) -> None:
+    if with_kubeconfig:
+        parser.add_argument("--kubeconfig", help="the API server and credentials (default: $KUBECONFIG)")
+    parser.add_argument("--identity", help="this process's name in the leader Lease (default: host-pid)")
+    parser.add_argument("--workers", type=int, default=8, help="workers per controller (default 8)")
+    parser.add_argument(
+        "--node-grace", type=duration, default=timedelta(seconds=40), help="heartbeat silence before a node is Lost"
+    )
+    parser.add_argument(
+        "--boot-timeout", type=duration, default=timedelta(minutes=15), help="how long a host may take to register"
+    )
+    parser.add_argument("--provider", choices=("sim", "none"), default="sim", help="the cloud that supplies hosts")
+    parser.add_argument("--sim-work-dir", type=Path, help="where simulated hosts keep their files")
+    parser.add_argument(
+        "--sim-boot-time", type=duration, help="a fixed boot time for every simulated host (default: the offering's)"
+    )
+    parser.add_argument(
+        "--sim-boot-scale", type=float, default=0.05, help="scale of the offerings' boot times (default 0.05)"
+    )
+    parser.add_argument("--sim-capacity", type=int, default=4, help="hosts per offering in the simulated cloud")
+    parser.add_argument(
+        "--sim-runtime",
+        choices=("auto", "bubblewrap", "unsandboxed"),
+        default="auto",
+        help="the runtime simulated hosts' agents use",
+    )
+    parser.add_argument(
+        "--sim-heartbeat-interval", type=duration, default=timedelta(seconds=2), help="simulated agents' heartbeat"
+    )
+
+
+def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Path | None = None) -> ControllerSettings:
+    from nodus.cloud.simulated import SimulatedCloudConfig
+    from nodus.controllers.assembly import ControllerSettings
+
+    sim = None
+    if args.provider == "sim":
+        default = data_dir / "hosts" if data_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "nodus-hosts"
+        work = args.sim_work_dir or default
+        sim = SimulatedCloudConfig(
+            kubeconfig=kubeconfig.resolve(),
+            work_dir=work.resolve(),
+            boot_time=args.sim_boot_time,
+            boot_scale=args.sim_boot_scale,
+            capacity=args.sim_capacity,
+            runtime=args.sim_runtime,
+            heartbeat_interval=args.sim_heartbeat_interval,
+        )
+    settings = ControllerSettings(
+        kubeconfig=kubeconfig, workers=args.workers, node_grace=args.node_grace, boot_timeout=args.boot_timeout, sim=sim
+    )
+    if args.identity:
+        settings.identity = args.identity
+    return settings
+
+
+def controllers(args: argparse.Namespace) -> None:
+    from nodus.controllers import assembly
+
+    settings = controller_settings(args, kubeconfig_path(args))
+    _run_until_signalled(assembly.run(settings))
+
+
+def add_agent_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="the API server and credentials (default: $KUBECONFIG)")
+    parser.add_argument("--node-name", required=True, help="the Node this agent registers and runs")
+    parser.add_argument("--offering", required=True, help="the offering id this host provides")
+    parser.add_argument("--gpus", type=int, help="GPUs visible to programs (default: the offering's count)")
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "bubblewrap", "unsandboxed"),
+        default="auto",
+        help="auto and bubblewrap sandbox every program and refuse to start without bubblewrap; "
+        "unsandboxed runs programs as plain processes",
+    )
+    parser.add_argument("--work-dir", type=Path, default=Path("/var/lib/nodus/agent"), help="local scratch")
+    parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))
+
+
+def agent(args: argparse.Namespace) -> None:
+    from nodus.agent import runtime as runtimes
+    from nodus.agent.daemon import Agent, AgentSettings
+    from nodus.client import Client, ClientConfig
+
+    try:
+        chosen = runtimes.select_runtime(args.runtime)
+    except runtimes.RuntimeUnavailable as exc:
+        raise SystemExit(f"nodus agent: {exc}") from None
+    settings = AgentSettings(
+        node_name=args.node_name,
+        offering=args.offering,
+        work_dir=args.work_dir.resolve(),
+        gpus=args.gpus,
+        heartbeat_interval=args.heartbeat_interval,
+    )
+    config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
+
+    async def main() -> None:
+        async with Client(config, user_agent=f"nodus-agent/{args.node_name}") as client:
+            node_agent = Agent(settings, client, chosen)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, node_agent.leave, f"signal {signum}", settings.shutdown_grace)
+            await node_agent.run()
+
+    asyncio.run(main())
+
+
+def _run_until_signalled(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` until it ends or SIGTERM/SIGINT cancels it (its cleanup then runs)."""
+
+    async def wrapper() -> None:
+        task = asyncio.ensure_future(main)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(wrapper())

@@ -1,0 +1,165 @@
+"""The server commands: ``nodus dev`` (everything in one process), ``nodus apiserver`` and ``nodus migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import logging
+import os
+import secrets
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from nodus.api.auth.requestheader import RequestHeaderConfig
+from nodus.api.server import APIServer
+from nodus.api.settings import ServerSettings
+from nodus.cli import certificates, kubeconfig, processes
+from nodus.cli.serving import Listener, serve
+from nodus.controllers import assembly
+from nodus.controllers.assembly import ControllerSettings
+from nodus.storage import database
+
+log = logging.getLogger("nodus")
+
+
+def _database_url(args: argparse.Namespace) -> str | None:
+    return args.database_url or os.environ.get("NODUS_DATABASE_URL")
+
+
+def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **extra: object) -> ServerSettings:
+    return ServerSettings(
+        database_url=url,
+        token_auth_file=token_file,
+        watch_retention=args.watch_retention,
+        watch_cache_capacity=args.watch_cache_size,
+        external_url=args.external_url,
+        bookmark_interval=args.watch_bookmark_interval.total_seconds(),
+        price_book=args.price_book,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _dev_tokens(path: Path) -> Path:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f'{secrets.token_urlsafe(32)},admin,admin,"system:masters"\n')
+    return path
+
+
+def _admin_token(path: Path) -> str:
+    """The token of the first administrator in a token file (else the first token)."""
+    first = ""
+    with path.open(newline="") as handle:
+        for row in csv.reader(handle):
+            if not row or row[0].lstrip().startswith("#") or len(row) < 3:
+                continue
+            first = first or row[0].strip()
+            if len(row) > 3 and "system:masters" in [g.strip() for g in row[3].split(",")]:
+                return row[0].strip()
+    if not first:
+        raise SystemExit(f"{path} holds no token")
+    return first
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run a server on uvloop (``asyncio.run`` would ignore uvicorn's loop setting)."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
+def dev(args: argparse.Namespace) -> None:
+    """Everything in one process: embedded PostgreSQL, the API server over TLS, the controllers and the
+    simulated cloud (whose hosts are agent processes), and a kubeconfig for kubectl."""
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    embedded: database.EmbeddedPostgres | None = None
+    url = _database_url(args)
+    try:
+        if not url:
+            embedded = database.EmbeddedPostgres(data_dir / "postgres")
+            url = embedded.start()
+        database.migrate(url)
+        client_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        files = certificates.ensure_serving(data_dir / "pki", sorted({client_host, "127.0.0.1", "localhost"}))
+        token_file = args.token_auth_file or _dev_tokens(data_dir / "tokens.csv")
+        server_url = f"https://{client_host}:{args.port}"
+        config = data_dir / "kubeconfig"
+        kubeconfig.write(config, server_url, files.ca_cert, _admin_token(token_file))
+        server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)))
+        listener = Listener(args.host, args.port, files.cert, files.key)
+        controllers = processes.controller_settings(args, config, data_dir)
+        _run(_serve_announced(server, listener, server_url, config, controllers))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+async def _serve_announced(
+    server: APIServer, listener: Listener, url: str, config: Path, controllers: ControllerSettings
+) -> None:
+    """Serve, then run the controllers in the same loop. A stop signal stops the controllers first
+    (they release their Lease and take the simulated hosts down while the API still answers), then
+    the server."""
+    ready = asyncio.Event()
+    running: asyncio.Future[None] | None = None
+
+    async def stop_controllers() -> None:
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(running, 20)
+
+    task = asyncio.ensure_future(serve(server, listener, ready, before_exit=stop_controllers))
+    waiter = asyncio.ensure_future(ready.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if ready.is_set():
+        running = asyncio.ensure_future(assembly.run(controllers))
+        print(f"Nodus is serving on {url}; to use it: export KUBECONFIG={config}", flush=True)
+    await task
+    if running is not None and not running.done():
+        await stop_controllers()
+
+
+def apiserver(args: argparse.Namespace) -> None:
+    url = _database_url(args)
+    if not url:
+        raise SystemExit("nodus apiserver needs --database-url or NODUS_DATABASE_URL")
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise SystemExit("--tls-cert-file and --tls-private-key-file go together")
+    if args.migrate:
+        database.migrate(url)
+    requestheader = None
+    if args.requestheader_client_ca_file:
+        if not args.tls_cert_file:
+            raise SystemExit("requestheader authentication needs TLS (--tls-cert-file, --tls-private-key-file)")
+        requestheader = RequestHeaderConfig(
+            client_ca_file=str(args.requestheader_client_ca_file),
+            allowed_names=tuple(n for n in args.requestheader_allowed_names.split(",") if n),
+            username_headers=tuple(h.lower() for h in args.requestheader_username_headers.split(",") if h),
+            group_headers=tuple(h.lower() for h in args.requestheader_group_headers.split(",") if h),
+            extra_header_prefixes=tuple(h.lower() for h in args.requestheader_extra_headers_prefix.split(",") if h),
+        )
+    settings = _settings(args, url, args.token_auth_file, requestheader=requestheader)
+    listener = Listener(
+        args.host, args.port, args.tls_cert_file, args.tls_private_key_file, args.requestheader_client_ca_file
+    )
+    print(
+        f"Nodus API server serving on {'https' if args.tls_cert_file else 'http'}://{args.host}:{args.port}", flush=True
+    )
+    _run(serve(APIServer(settings), listener))
+
+
+def migrate(args: argparse.Namespace) -> None:
+    url = _database_url(args)
+    if not url:
+        raise SystemExit("nodus migrate needs --database-url or NODUS_DATABASE_URL")
+    database.migrate(url)
+    print("database schema is up to date")

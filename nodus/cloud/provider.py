@@ -1,0 +1,35 @@
+"""The provider interface: what Nodus asks of a cloud that supplies hosts for offerings.
+
+The controllers decide (the scheduler picks an offering, the provisioner creates a ``Node`` in phase
+``Booting``); a provider makes that decision real. ``boot`` brings up a host whose node agent then
+registers the ``Node`` itself; ``terminate`` takes it down. Both are idempotent and keyed by the
+Node's name, so a controller that restarts and reconciles every Node again does no harm. A provider
+learns nothing from the controllers but Node objects and the offering they name; it reports
+through the Node's status (``Failed`` for a boot that failed) and, for its capacity, through the
+Offerings' ``status.capacity``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+Object = dict[str, Any]
+
+
+class Provider(Protocol):
+    name: str
+
+    def capacity(self, offering: Object) -> int | None:
+        """How many hosts of ``offering`` the provider can run at once; None when it does not say."""
+
+    def is_up(self, node_name: str) -> bool:
+        """Whether the provider has a host (booting or running) for this Node."""
+
+    async def boot(self, node: Object, offering: Object) -> None:
+        """Start bringing up the host for ``node``; returns at once. Idempotent."""
+
+    async def terminate(self, node_name: str, grace_seconds: float) -> None:
+        """Take the host down: its agent gets ``grace_seconds`` to stop, then the host is gone. Idempotent."""
+
+    async def close(self) -> None:
+        """Forget every host without terminating it (they outlive a controller restart)."""

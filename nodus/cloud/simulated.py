@@ -1,0 +1,197 @@
+"""The simulated cloud: every host is a real ``nodus agent`` process on this machine.
+
+Booting an offering waits its boot time (the offering's cold-boot median, scaled, or a fixed time
+for tests) and then starts ``nodus agent --node-name N --offering ID --gpus G``, which registers
+the Node and runs what is bound to it. The agent is started in its own session, so that the host
+outlives a controller restart (a new leader adopts it by the pid recorded on the Node) and so that
+killing the session kills the host and everything it runs, as losing a machine does.
+
+Faults are injected the way a cloud inflicts them: ``kill`` (the host vanishes without notice: the
+session gets SIGKILL), ``fail_boot`` (a host still booting never comes up) and preemption (the Node
+is marked ``Terminating`` with reason ``Preempted`` and a deadline; the agent stops its attempts
+before it, and the host is killed at it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from nodus.apimachinery import units
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.cloud.sim")
+
+PID_ANNOTATION = "sim.nodus.dev/pid"
+
+
+@dataclass
+class SimulatedCloudConfig:
+    """How the simulated cloud behaves."""
+
+    kubeconfig: Path
+    work_dir: Path
+    # None: each offering's boot p50 times boot_scale; else this fixed time for every boot.
+    boot_time: timedelta | None = None
+    boot_scale: float = 1.0
+    capacity: int = 4
+    capacity_overrides: dict[str, int] = field(default_factory=dict)
+    runtime: str = "auto"
+    heartbeat_interval: timedelta = timedelta(seconds=2)
+
+
+@dataclass
+class _Host:
+    boot: asyncio.Task[None] | None = None
+    pid: int | None = None
+    boot_failed: bool = False
+
+
+class SimulatedCloud:
+    """A provider whose hosts are local agent processes (see the module docstring)."""
+
+    name = "sim"
+
+    def __init__(self, config: SimulatedCloudConfig) -> None:
+        self.config = config
+        self._hosts: dict[str, _Host] = {}
+
+    def capacity(self, offering: Object) -> int | None:
+        return self.config.capacity_overrides.get(offering["metadata"]["name"], self.config.capacity)
+
+    def is_up(self, node_name: str) -> bool:
+        host = self._hosts.get(node_name)
+        if host is None:
+            return False
+        if host.pid is not None:
+            return _alive(host.pid)
+        return host.boot is not None and not host.boot.done()
+
+    def is_booting(self, node_name: str) -> bool:
+        host = self._hosts.get(node_name)
+        return host is not None and host.pid is None and host.boot is not None and not host.boot.done()
+
+    def adopt(self, node: Object) -> bool:
+        """Take over a host a previous controller started (its pid is on the Node); True if alive."""
+        name = node["metadata"]["name"]
+        text = ((node["metadata"].get("annotations") or {}).get(PID_ANNOTATION)) or ""
+        if name in self._hosts or not text.isdigit() or not _alive(int(text)):
+            return False
+        self._hosts[name] = _Host(pid=int(text))
+        return True
+
+    def pid(self, node_name: str) -> int | None:
+        host = self._hosts.get(node_name)
+        return host.pid if host else None
+
+    async def boot(self, node: Object, offering: Object) -> None:
+        name = node["metadata"]["name"]
+        if name in self._hosts:
+            return
+        host = _Host()
+        self._hosts[name] = host
+        host.boot = asyncio.create_task(self._boot(name, offering, host), name=f"boot {name}")
+
+    def boot_delay(self, offering: Object) -> float:
+        if self.config.boot_time is not None:
+            return self.config.boot_time.total_seconds()
+        p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"
+        return units.parse_duration(p50).total_seconds() * self.config.boot_scale
+
+    async def _boot(self, name: str, offering: Object, host: _Host) -> None:
+        await asyncio.sleep(self.boot_delay(offering))
+        spec = offering.get("spec") or {}
+        work = self.config.work_dir / name
+        work.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "nodus",
+            "agent",
+            "--kubeconfig",
+            str(self.config.kubeconfig),
+            "--node-name",
+            name,
+            "--offering",
+            offering["metadata"]["name"],
+            "--gpus",
+            str(int(spec.get("gpus") or 0)),
+            "--runtime",
+            self.config.runtime,
+            "--work-dir",
+            str(work),
+            "--heartbeat-interval",
+            units.format_duration(self.config.heartbeat_interval)
+            if self.config.heartbeat_interval.total_seconds() >= 1
+            else f"{int(self.config.heartbeat_interval.total_seconds() * 1000)}ms",
+        ]
+        with (work / "agent.log").open("ab") as output:
+            process = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+            )
+        host.pid = process.pid
+        # Reap the child when it exits so it does not linger as a zombie (and read as alive).
+        asyncio.create_task(process.wait(), name=f"reap {name}")  # noqa: RUF006 - lives as long as the process
+        log.info("booted node %s (offering %s) as pid %d", name, offering["metadata"]["name"], process.pid)
+
+    def fail_boot(self, node_name: str) -> bool:
+        """Make a host that is still booting never come up; False if it is not booting."""
+        host = self._hosts.get(node_name)
+        if host is None or host.pid is not None or host.boot is None or host.boot.done():
+            return False
+        host.boot.cancel()
+        host.boot_failed = True
+        return True
+
+    def kill(self, node_name: str) -> bool:
+        """The host vanishes: SIGKILL to its whole session. False if there is no running host."""
+        host = self._hosts.get(node_name)
+        if host is None or host.pid is None:
+            return False
+        _kill_session(host.pid, signal.SIGKILL)
+        return True
+
+    async def terminate(self, node_name: str, grace_seconds: float) -> None:
+        host = self._hosts.pop(node_name, None)
+        if host is None:
+            return
+        if host.boot is not None and not host.boot.done():
+            host.boot.cancel()
+        if host.pid is None:
+            return
+        _kill_session(host.pid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + grace_seconds
+        while _alive(host.pid) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - polls another process
+            await asyncio.sleep(0.05)
+        _kill_session(host.pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        """Take every host down (``nodus dev`` stopping): agents get a short grace to report."""
+        await asyncio.gather(*(self.terminate(name, 5.0) for name in list(self._hosts)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) answers signal 0 too.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def _kill_session(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,159 @@
+"""``nodus controllers``: every reconciler, wired to shared informers, under one leader.
+
+What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the
+scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
+(heartbeats), and, with the simulated cloud, the hosts controller that boots and kills agents.
+Standbys keep their informers synced so a takeover starts warm. Garbage collection of owned
+objects runs in the API server (ADR 0005); TTL after finish is the Job controller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from nodus.client import Client, ClientConfig, errors
+from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
+from nodus.controllers.jobs.reconciling import JOB_UID_INDEX, JobReconciler, job_uid_of
+from nodus.controllers.nodes.hosts import Hosts
+from nodus.controllers.nodes.lifecycle import NodeLifecycle
+from nodus.controllers.nodes.provisioning import (
+    NODE_INDEX,
+    RAN_ON_INDEX,
+    AttemptProvisioner,
+    IdleHosts,
+    nodes_of,
+    ran_on,
+)
+from nodus.controllers.runtime.informers import Handler, Object
+from nodus.controllers.runtime.leaderelection import LeaderElector
+from nodus.controllers.runtime.manager import Manager, enqueue_object, enqueue_owner
+from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.controllers.scheduling import SchedulerLoop
+
+log = logging.getLogger("nodus.controllers")
+
+LEASE_NAME = "nodus-controllers"
+
+
+@dataclass
+class ControllerSettings:
+    """How ``nodus controllers`` runs."""
+
+    kubeconfig: Path
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    workers: int = 8
+    node_grace: timedelta = timedelta(seconds=40)
+    boot_timeout: timedelta = timedelta(minutes=15)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resync: float = 300.0
+    sim: SimulatedCloudConfig | None = None
+
+
+def _enqueue_nodes_of_attempt(queue: WorkQueue[Any]) -> Handler:
+    def handler(old: Object | None, new: Object | None) -> None:
+        for obj in (old, new):
+            if obj is not None:
+                for name in {*nodes_of(obj), *ran_on(obj)}:
+                    queue.add((None, name))
+
+    return handler
+
+
+class Controllers:
+    """The assembled controller process; ``run`` until cancelled."""
+
+    def __init__(self, settings: ControllerSettings, client: Client) -> None:
+        self.settings = settings
+        self.client = client
+        self.elector = LeaderElector(
+            client,
+            LEASE_NAME,
+            settings.identity,
+            lease_duration=settings.lease_duration,
+            renew_deadline=settings.renew_deadline,
+            retry_period=settings.retry_period,
+        )
+        self.manager = manager = Manager(client, elector=self.elector)
+        jobs = manager.informer("jobs", resync=settings.resync)
+        attempts = manager.informer("attempts", resync=settings.resync)
+        nodes = manager.informer("nodes", resync=settings.resync)
+        offerings = manager.informer("offerings")
+        attempts.add_index(JOB_UID_INDEX, job_uid_of)
+        attempts.add_index(NODE_INDEX, nodes_of)
+        attempts.add_index(RAN_ON_INDEX, ran_on)
+        self.offerings = offerings
+        workers = settings.workers
+
+        job_queue: WorkQueue[Any] = WorkQueue()
+        jobs.add_handler(enqueue_object(job_queue))
+        attempts.add_handler(enqueue_owner(job_queue, "Job"))
+        manager.add_controller("jobs", JobReconciler(client, jobs, attempts), job_queue, workers)
+
+        provision_queue: WorkQueue[Any] = WorkQueue()
+        attempts.add_handler(enqueue_object(provision_queue))
+        provider_name = "sim" if settings.sim is not None else "manual"
+        provisioner = AttemptProvisioner(client, attempts, nodes, offerings, provider_name)
+        manager.add_controller("provisioner", provisioner, provision_queue, workers)
+
+        for name, reconciler in (
+            ("idle-hosts", IdleHosts(client, attempts, nodes)),
+            (
+                "node-lifecycle",
+                NodeLifecycle(client, nodes, attempts, grace=settings.node_grace, boot_timeout=settings.boot_timeout),
+            ),
+        ):
+            queue: WorkQueue[Any] = WorkQueue()
+            nodes.add_handler(enqueue_object(queue))
+            attempts.add_handler(_enqueue_nodes_of_attempt(queue))
+            manager.add_controller(name, reconciler, queue, workers)
+
+        self.cloud: SimulatedCloud | None = None
+        if settings.sim is not None:
+            self.cloud = SimulatedCloud(settings.sim)
+            host_queue: WorkQueue[Any] = WorkQueue()
+            nodes.add_handler(enqueue_object(host_queue))
+            attempts.add_handler(_enqueue_nodes_of_attempt(host_queue))
+            manager.add_controller("hosts", Hosts(client, self.cloud, nodes, offerings, attempts), host_queue, workers)
+
+        self.scheduler = SchedulerLoop(client, attempts, nodes, offerings)
+        manager.add_runnable("scheduler", self.scheduler.run)
+        manager.add_runnable("capacity", self._publish_capacity)
+
+    async def _publish_capacity(self) -> None:
+        """Write the provider's capacity into each Offering's ``status.capacity`` once per leadership."""
+        if self.cloud is None:
+            return
+        for offering in self.offerings.items():
+            capacity = self.cloud.capacity(offering)
+            status = offering.get("status") or {}
+            if status.get("capacity") == capacity:
+                continue
+            try:
+                await self.client.update(
+                    "offerings", {**offering, "status": {**status, "capacity": capacity}}, subresource="status"
+                )
+            except (errors.Conflict, errors.NotFound):
+                continue
+
+    async def run(self) -> None:
+        try:
+            await self.manager.run()
+        finally:
+            if self.cloud is not None:
+                await asyncio.shield(self.cloud.close())
+
+
+async def run(settings: ControllerSettings) -> None:
+    """Run the controllers until cancelled."""
+    config = ClientConfig.from_kubeconfig(settings.kubeconfig)
+    async with Client(config, user_agent="nodus-controllers") as client:
+        await Controllers(settings, client).run()

@@ -1,0 +1,39 @@
+"""``status.conditions`` as ``metav1.Condition``: set one by type, moving its time only on a change."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from nodus.apimachinery import units
+
+Object = dict[str, Any]
+
+
+def get(status: Object, type_: str) -> Object | None:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == type_:
+            return condition
+    return None
+
+
+def set(
+    status: Object,
+    type_: str,
+    value: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None = None,
+) -> None:
+    """Set condition ``type_``; ``lastTransitionTime`` changes only when the status value changes."""
+    conditions: list[Object] = status.setdefault("conditions", [])
+    existing = get(status, type_)
+    if existing is None:
+        existing = {"type": type_}
+        conditions.append(existing)
+    if existing.get("status") != value or not existing.get("lastTransitionTime"):
+        existing["lastTransitionTime"] = units.format_time(now)
+    existing.update(status=value, reason=reason, message=message)
+    if generation is not None:
+        existing["observedGeneration"] = generation

@@ -1,0 +1,371 @@
+"""The Job controller's decision: from a Job, its attempts and the time, what to write.
+
+``plan`` is a pure function (the clock is an argument), so every rule of the Job's lifecycle is
+tested without a server. The reconciler (``reconciling``) reads the Job and its attempts from its
+informers, calls ``plan`` and applies the result: creating attempts (deterministic names, so a retry
+hits AlreadyExists rather than making a duplicate), asking attempts to stop, writing ``/status``,
+and adding or lifting the finalizer. Level-triggered: ``plan`` never looks at what changed, only at
+what is, so running it twice in a row is harmless.
+
+The order of the rules is the order of precedence: deletion, a terminal phase (and TTL), admission,
+requested restart, cancel, timeout, suspend, queue timeout, failure limits, success, then creating
+attempts for the indexes that need one and deriving the phase.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodus.apimachinery import statusreasons, units
+from nodus.controllers.jobs import conditions, ranges
+from nodus.controllers.jobs.slots import BOUND, Slots, phase
+
+Object = dict[str, Any]
+
+FINALIZER = "nodus.dev/stop-attempts"
+RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
+STOP_GRACE_SECONDS = 30
+# Fields the agent does not materialise yet (the data plane): a Job using them would run wrongly.
+_NOT_YET = ("inputs", "secrets", "volumes", "source", "initCommand", "sidecars", "connections", "imagePullSecrets")
+
+
+@dataclass
+class Plan:
+    """What the reconciler should write. Empty lists and None mean nothing to do."""
+
+    status: Object
+    create: list[Object] = field(default_factory=list)
+    stop: list[tuple[Object, str]] = field(default_factory=list)
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    delete_job: bool = False
+    requeue_after: float | None = None
+
+    def wake_at(self, now: datetime, when: datetime | None) -> None:
+        if when is None:
+            return
+        seconds = max((when - now).total_seconds(), 0.05)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
+    spec: Object = job.get("spec") or {}
+    meta: Object = job.get("metadata") or {}
+    status = copy.deepcopy(job.get("status") or {})
+    status["observedGeneration"] = meta.get("generation", 1)
+    slots = Slots.of(attempts)
+    result = Plan(status=status)
+    has_finalizer = FINALIZER in (meta.get("finalizers") or [])
+    live = slots.live()
+
+    if meta.get("deletionTimestamp"):
+        result.stop = [(a, "Deleted") for a in live]
+        result.remove_finalizer = has_finalizer and not live
+        return result
+
+    _count(status, spec, slots)
+    if status.get("phase") in TERMINAL_PHASES:
+        result.stop = [(a, str(status.get("reason") or "Superseded")) for a in live]
+        result.remove_finalizer = has_finalizer and not live
+        _ttl(result, spec, status, now)
+        return result
+
+    if status.get("phase", "Pending") == "Pending":
+        unsupported = [name for name in _NOT_YET if spec.get(name)] + _secret_env(spec)
+        if unsupported:
+            return _finish(result, slots, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
+        _admit(status, spec, meta, now)
+        result.add_finalizer = not has_finalizer
+    elif not has_finalizer:
+        result.add_finalizer = True
+
+    requested = (meta.get("annotations") or {}).get(RESTART_ANNOTATION)
+    handled = status.setdefault("handledRequests", {})
+    if requested and handled.get("restart") != requested:
+        handled["restart"] = requested
+        result.stop = [(a, "Restart") for a in live]
+        return result
+    if not handled:
+        status.pop("handledRequests")
+
+    state = spec.get("state", "Running")
+    if state == "Cancelled":
+        return _finish(result, slots, now, "Cancelled", "Cancelled", "The Job was cancelled.")
+
+    _timeout_clock(status, spec, slots, now)
+    deadline = _parse(status.get("timeoutTime"))
+    if deadline is not None and state != "Suspended":
+        if now >= deadline:
+            message = f"The Job ran longer than spec.timeout {spec.get('timeout')}."
+            return _finish(result, slots, now, "Failed", "DeadlineExceeded", message)
+        result.wake_at(now, deadline)
+
+    if state == "Suspended":
+        return _suspend(result, slots, now)
+    _resume(status, now)
+
+    queue_deadline = _queue_deadline(status, spec)
+    if queue_deadline is not None:
+        if now >= queue_deadline:
+            waiting = _unschedulable_message(live)
+            message = f"No capacity within spec.placement.queueTimeout {spec['placement']['queueTimeout']}. {waiting}"
+            return _finish(result, slots, now, "Failed", "CapacityUnavailable", message.strip())
+        result.wake_at(now, queue_deadline)
+
+    backoff_limit = int(spec.get("backoffLimit", 6))
+    if slots.failed > backoff_limit:
+        last = slots.last_failed()
+        detail = str(((last or {}).get("status") or {}).get("message") or "")
+        message = f"{slots.failed} attempts failed; backoffLimit is {backoff_limit}. Last failure: {detail}".strip()
+        return _finish(result, slots, now, "Failed", "BackoffLimitExceeded", message)
+
+    completions = int(spec.get("completions", 1))
+    max_lost = int((spec.get("recovery") or {}).get("maxAttempts", 3))
+    for index in range(completions):
+        slot = slots.slot(index)
+        if not slot.succeeded and not slot.live and slot.lost >= max_lost:
+            message = f"Index {index} lost its capacity {slot.lost} times; recovery.maxAttempts is {max_lost}."
+            return _finish(result, slots, now, "Failed", "RecoveryExhausted", message)
+
+    if len(slots.succeeded_indexes()) >= completions:
+        return _finish(
+            result, slots, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded."
+        )
+
+    result.create = _new_attempts(job, slots, completions, int(spec.get("parallelism", 1)))
+    _derive_phase(status, slots, live, bool(result.create))
+    return result
+
+
+def _count(status: Object, spec: Object, slots: Slots) -> None:
+    succeeded = slots.succeeded_indexes()
+    status["succeeded"] = len(succeeded)
+    status["failed"] = slots.failed
+    status["active"] = len(slots.live())
+    status["completedIndexes"] = ranges.compress(succeeded)
+    numbers = [int((a.get("spec") or {}).get("number", 1)) for a in slots.live()]
+    last = max((s.last for s in slots.by_index.values() if s.last), key=_created, default=None)
+    current = max(numbers, default=int((last or {}).get("spec", {}).get("number", 0)) or None)
+    counts: Object = {"total": slots.total, "max": int((spec.get("recovery") or {}).get("maxAttempts", 3))}
+    if current:
+        counts["current"] = current
+    status["attempts"] = counts
+    started = [s for a in _all(slots) if (s := (a.get("status") or {}).get("startTime"))]
+    if started and not status.get("startTime"):
+        status["startTime"] = min(started)
+    placed = [a for a in _all(slots) if (a.get("status") or {}).get("placement")]
+    if placed:
+        newest = max(placed, key=_created)
+        placement = (newest.get("status") or {})["placement"]
+        status["placement"] = {
+            k: placement[k]
+            for k in ("offering", "regionClass", "interruptible", "rateUSDPerHour", "warmReuse")
+            if k in placement
+        }
+
+
+def _admit(status: Object, spec: Object, meta: Object, now: datetime) -> None:
+    status["phase"] = "Queued"
+    image = spec.get("image") or spec.get("imageRef")
+    if image:
+        status["image"] = {"reference": image}
+    message = (
+        "Admitted. The local runtime runs the command on the host's own filesystem in a sandbox; "
+        f"the image {image} is recorded, not pulled."
+        if image
+        else "Admitted."
+    )
+    conditions.set(status, "Admitted", "True", "Admitted", message, now, meta.get("generation"))
+
+
+def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
+    """Start the timeout clock at the first Provisioning and keep ``timeoutTime`` in step with the spec."""
+    if not status.get("timeoutStartTime"):
+        scheduled = [s for a in _all(slots) if (s := (a.get("status") or {}).get("scheduledTime"))]
+        if not scheduled:
+            return
+        status["timeoutStartTime"] = min(scheduled)
+    if not spec.get("timeout"):
+        status.pop("timeoutTime", None)
+        return
+    start = units.parse_time(status["timeoutStartTime"])
+    suspended = units.parse_duration(status.get("suspendedDuration") or "0s")
+    since = _suspended_since(status)
+    if since is not None:
+        suspended += max(now - since, timedelta(0))
+    status["timeoutTime"] = units.format_time(start + units.parse_duration(spec["timeout"]) + suspended)
+
+
+def _suspend(result: Plan, slots: Slots, now: datetime) -> Plan:
+    status = result.status
+    live = slots.live()
+    result.stop = [(a, "Suspended") for a in live]
+    status["phase"] = "Suspending" if live else "Suspended"
+    if _suspended_since(status) is None:
+        conditions.set(status, "Suspended", "True", "Suspended", "spec.state is Suspended.", now)
+    _reason(status, "Suspended", "The Job is suspended; set spec.state to Running to resume.")
+    return result
+
+
+def _resume(status: Object, now: datetime) -> None:
+    since = _suspended_since(status)
+    if since is None:
+        return
+    if status.get("timeoutStartTime"):
+        total = units.parse_duration(status.get("suspendedDuration") or "0s") + max(now - since, timedelta(0))
+        status["suspendedDuration"] = units.format_duration(total)
+    conditions.set(status, "Suspended", "False", "Resumed", "spec.state is Running.", now)
+    _reason(status, None, None)
+
+
+def _suspended_since(status: Object) -> datetime | None:
+    condition = conditions.get(status, "Suspended")
+    if condition is None or condition.get("status") != "True":
+        return None
+    return _parse(condition.get("lastTransitionTime"))
+
+
+def _queue_deadline(status: Object, spec: Object) -> datetime | None:
+    if status.get("timeoutStartTime"):
+        return None
+    timeout = units.parse_duration((spec.get("placement") or {}).get("queueTimeout") or "24h")
+    admitted = conditions.get(status, "Admitted")
+    since = _parse((admitted or {}).get("lastTransitionTime"))
+    if not timeout or since is None:
+        return None
+    return since + timeout
+
+
+def _finish(result: Plan, slots: Slots, now: datetime, phase_: str, reason: str, message: str) -> Plan:
+    status = result.status
+    status["phase"] = phase_
+    status["completionTime"] = units.format_time(now)
+    status["active"] = len(slots.live())
+    if phase_ == "Succeeded":
+        conditions.set(status, "Complete", "True", reason, message, now)
+        _reason(status, None, None)
+    else:
+        conditions.set(status, "Failed", "True", reason, message, now)
+        _reason(status, reason, message)
+    result.stop = [(a, reason) for a in slots.live()]
+    return result
+
+
+def _reason(status: Object, reason: str | None, message: str | None) -> None:
+    """DECISIONS 25: reason, message and fix explain the current state and go when it is over."""
+    if reason is None:
+        for key in ("reason", "message", "fix"):
+            status.pop(key, None)
+        return
+    status["reason"] = reason
+    status["message"] = message or statusreasons.get(reason).summary
+    status["fix"] = statusreasons.get(reason).fix
+
+
+def _new_attempts(job: Object, slots: Slots, completions: int, parallelism: int) -> list[Object]:
+    room = parallelism - len(slots.live())
+    out: list[Object] = []
+    for index in range(completions):
+        if room <= 0:
+            break
+        slot = slots.slot(index)
+        if slot.succeeded or slot.live:
+            continue
+        out.append(attempt_for(job, index, slot.next_number))
+        room -= 1
+    return out
+
+
+def attempt_for(job: Object, index: int, number: int) -> Object:
+    """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned."""
+    meta, spec = job["metadata"], job.get("spec") or {}
+    pinned = {
+        key: spec[key]
+        for key in ("command", "args", "workingDir", "env", "resources", "placement", "expectedDuration")
+        if spec.get(key) is not None
+    }
+    if spec.get("scaledownWindow") is not None:
+        pinned["scaledownWindow"] = spec["scaledownWindow"]
+    image = spec.get("image") or spec.get("imageRef")
+    if image:
+        pinned["image"] = image
+    return {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Attempt",
+        "metadata": {
+            "name": f"{meta['name']}-{index}-{number}",
+            "namespace": meta["namespace"],
+            "labels": {"nodus.dev/job": meta["name"], "nodus.dev/index": str(index)},
+            "ownerReferences": [
+                {
+                    "apiVersion": "nodus.dev/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"job": meta["name"], "jobUID": meta["uid"], "index": index, "number": number, **pinned},
+    }
+
+
+def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bool) -> None:
+    phases = {phase(a) for a in live}
+    recovering = any(slot.recovering for slot in slots.by_index.values())
+    if "Running" in phases:
+        status["phase"] = "Running"
+        _reason(status, None, None)
+    elif phases & BOUND:
+        status["phase"] = "Recovering" if recovering else "Provisioning"
+        _reason(status, None, None)
+    elif live or creating:
+        status["phase"] = "Recovering" if recovering else "Queued"
+        waiting = _unschedulable_message(live)
+        _reason(status, "Unschedulable" if waiting else None, waiting or None)
+    status["active"] = len(live)
+
+
+def _unschedulable_message(live: list[Object]) -> str:
+    for attempt in live:
+        attempt_status = attempt.get("status") or {}
+        if attempt_status.get("reason") == "Unschedulable" and attempt_status.get("message"):
+            return str(attempt_status["message"])
+    return ""
+
+
+def _ttl(result: Plan, spec: Object, status: Object, now: datetime) -> None:
+    ttl = spec.get("ttlSecondsAfterFinished")
+    finished = _parse(status.get("completionTime"))
+    if ttl is None or finished is None or result.stop:
+        return
+    deadline = finished + timedelta(seconds=int(ttl))
+    if now >= deadline:
+        result.delete_job = True
+    else:
+        result.wake_at(now, deadline)
+
+
+def _secret_env(spec: Object) -> list[str]:
+    return [
+        f"env[{i}].valueFrom"
+        for i, env in enumerate(spec.get("env") or [])
+        if isinstance(env, dict) and env.get("valueFrom")
+    ]
+
+
+def _all(slots: Slots) -> list[Object]:
+    return [a for s in slots.by_index.values() for a in s.attempts]
+
+
+def _created(attempt: Object) -> tuple[str, int]:
+    return (str((attempt.get("metadata") or {}).get("creationTimestamp") or ""), int(attempt["spec"].get("number", 1)))
+
+
+def _parse(text: Any) -> datetime | None:
+    return units.parse_time(text) if isinstance(text, str) and text else None

@@ -1,0 +1,100 @@
+"""The Job reconciler: applies ``planning.plan`` through the API.
+
+Writes go in an order that keeps every intermediate state valid: attempts are created first (a
+retry meets AlreadyExists, never a duplicate, because names are ``<job>-<index>-<n>``), stops next,
+then the Job's ``/status`` (with the resourceVersion read, so a stale view is refused with 409 and
+the key is retried), then the finalizer, then a TTL deletion. Reading comes from the informers'
+caches; a cache that lags only costs a retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.controllers.jobs import planning
+from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.manager import Result
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.controllers.jobs")
+
+JOB_UID_INDEX = "job-uid"
+
+
+def job_uid_of(attempt: Object) -> list[str]:
+    uid = (attempt.get("spec") or {}).get("jobUID")
+    return [uid] if isinstance(uid, str) else []
+
+
+class JobReconciler:
+    """Reconciles one Job, keyed by (project, name)."""
+
+    def __init__(self, client: Client, jobs: Informer, attempts: Informer) -> None:
+        self._client = client
+        self._jobs = jobs
+        self._attempts = attempts
+
+    async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
+        namespace, name = key
+        if namespace is None:
+            return None
+        job = self._jobs.get(namespace, name)
+        if job is None:
+            return None
+        attempts = self._attempts.by_index(JOB_UID_INDEX, job["metadata"]["uid"])
+        decided = planning.plan(job, attempts, units.now())
+        for body in decided.create:
+            with contextlib.suppress(errors.AlreadyExists):
+                await self._client.create("attempts", body, namespace)
+        for attempt, reason in decided.stop:
+            await stop_attempt(self._client, attempt, reason)
+        current = job
+        if decided.status != (job.get("status") or {}):
+            current = await self._client.update(
+                "jobs", {**job, "status": decided.status}, namespace, subresource="status"
+            )
+        if decided.add_finalizer or decided.remove_finalizer:
+            current = await self._set_finalizer(current, add=decided.add_finalizer)
+        if decided.delete_job:
+            log.info("deleting job %s/%s: ttlSecondsAfterFinished passed", namespace, name)
+            with contextlib.suppress(errors.NotFound):
+                await self._client.delete(
+                    "jobs", name, namespace, propagation_policy="Background", uid=job["metadata"]["uid"]
+                )
+        return Result(requeue_after=decided.requeue_after) if decided.requeue_after is not None else None
+
+    async def _set_finalizer(self, job: Object, *, add: bool) -> Object:
+        finalizers = [f for f in job["metadata"].get("finalizers") or [] if f != planning.FINALIZER]
+        if add:
+            finalizers.append(planning.FINALIZER)
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": job["metadata"]["resourceVersion"]}}
+        meta = job["metadata"]
+        return await self._client.patch("jobs", meta["name"], patch, meta["namespace"])
+
+
+async def stop_attempt(
+    client: Client, attempt: Object, reason: str, grace_seconds: int = planning.STOP_GRACE_SECONDS
+) -> None:
+    """Ask an attempt to stop. One that no host has taken yet is simply marked Stopped; a host's
+    agent is asked through ``spec.stop`` and reports ``Stopped`` after SIGTERM (and SIGKILL)."""
+    meta, spec = attempt["metadata"], attempt.get("spec") or {}
+    if spec.get("stop"):
+        return
+    now = units.format_time(units.now())
+    if not spec.get("node"):
+        status = {
+            **(attempt.get("status") or {}),
+            "phase": "Stopped",
+            "reason": "Stopped",
+            "message": f"Stopped before it started ({reason}).",
+            "finishTime": now,
+        }
+        await client.update("attempts", {**attempt, "status": status}, meta["namespace"], subresource="status")
+        return
+    stop = {"reason": reason, "gracePeriodSeconds": grace_seconds, "requestedTime": now}
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"stop": stop}}
+    await client.patch("attempts", meta["name"], patch, meta["namespace"])

@@ -1,0 +1,101 @@
+"""What the attempts of one Job say about its slots: per index, what succeeded, failed, was lost, runs.
+
+A slot is one index (DECISIONS 4). Attempts are read as they are; nothing here writes. The counts
+follow DECISIONS 4: a customer failure (``Failed``) counts against ``backoffLimit`` over all indexes,
+lost capacity (``Lost``) against ``recovery.maxAttempts`` per index, and a ``Stopped`` attempt (suspend,
+restart, cancel) against neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+BOUND = frozenset({"Provisioning", "Starting", "Running"})
+
+Object = dict[str, Any]
+
+
+def phase(attempt: Object) -> str:
+    return str((attempt.get("status") or {}).get("phase") or "Pending")
+
+
+def is_live(attempt: Object) -> bool:
+    return phase(attempt) not in TERMINAL
+
+
+def index_of(attempt: Object) -> int:
+    return int((attempt.get("spec") or {}).get("index") or 0)
+
+
+def number_of(attempt: Object) -> int:
+    return int((attempt.get("spec") or {}).get("number") or 1)
+
+
+@dataclass
+class Slot:
+    """One index: its attempts, oldest first."""
+
+    index: int
+    attempts: list[Object] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return any(phase(a) == "Succeeded" for a in self.attempts)
+
+    @property
+    def live(self) -> list[Object]:
+        return [a for a in self.attempts if is_live(a)]
+
+    @property
+    def lost(self) -> int:
+        return sum(1 for a in self.attempts if phase(a) == "Lost")
+
+    @property
+    def next_number(self) -> int:
+        return max((number_of(a) for a in self.attempts), default=0) + 1
+
+    @property
+    def last(self) -> Object | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def recovering(self) -> bool:
+        """The slot's latest ended attempt lost its capacity and a replacement is not running yet."""
+        ended = [a for a in self.attempts if not is_live(a)]
+        return bool(ended) and phase(ended[-1]) == "Lost" and not any(phase(a) == "Running" for a in self.live)
+
+
+@dataclass
+class Slots:
+    """Every index of a Job that has attempts, plus the counts the Job's status reports."""
+
+    by_index: dict[int, Slot]
+    failed: int
+    total: int
+
+    @classmethod
+    def of(cls, attempts: list[Object]) -> Slots:
+        by_index: dict[int, Slot] = {}
+        for attempt in sorted(attempts, key=lambda a: (index_of(a), number_of(a))):
+            by_index.setdefault(index_of(attempt), Slot(index_of(attempt))).attempts.append(attempt)
+        failed = sum(1 for a in attempts if phase(a) == "Failed")
+        return cls(by_index, failed, len(attempts))
+
+    def slot(self, index: int) -> Slot:
+        return self.by_index.get(index) or Slot(index)
+
+    def succeeded_indexes(self) -> list[int]:
+        return sorted(i for i, s in self.by_index.items() if s.succeeded)
+
+    def live(self) -> list[Object]:
+        return [a for s in self.by_index.values() for a in s.live]
+
+    def last_failed(self) -> Object | None:
+        failed = [a for s in self.by_index.values() for a in s.attempts if phase(a) == "Failed"]
+        return max(failed, key=_finish_key, default=None)
+
+
+def _finish_key(attempt: Object) -> str:
+    return str((attempt.get("status") or {}).get("finishTime") or "")

@@ -1,0 +1,158 @@
+"""Hosts: makes each Node real through the provider, and takes it down when it is done.
+
+Keyed by node name. A ``Booting`` node gets a host (``provider.boot``), or is adopted when a previous
+controller already started it. A ``Terminating`` node is taken down: at once when it was released
+idle, at its deadline when it was preempted (the agent has until then to stop its attempts). A node
+``Lost`` or ``Failed`` has whatever is left of its host killed. Nodes that are over are deleted
+once no live attempt refers to them, after a short retention so users can see what happened.
+
+With the simulated provider, fault injection arrives the way a user asks for any action: an
+annotation ``sim.nodus.dev/<action>-requested-at`` (``nodus sim preempt|kill|fail-boot NODE``),
+handled once per value (the handled value is recorded in ``sim.nodus.dev/<action>-handled-at``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.cloud.simulated import PID_ANNOTATION, SimulatedCloud
+from nodus.controllers.jobs.slots import TERMINAL
+from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
+from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.manager import Result
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.controllers.hosts")
+
+TERMINATE_AT_ANNOTATION = "nodus.dev/terminate-at"
+SIM_ACTIONS = ("preempt", "kill", "fail-boot")
+RETENTION = timedelta(minutes=2)
+
+
+def requested(action: str) -> str:
+    return f"sim.nodus.dev/{action}-requested-at"
+
+
+def handled(action: str) -> str:
+    return f"sim.nodus.dev/{action}-handled-at"
+
+
+class Hosts:
+    def __init__(
+        self, client: Client, provider: SimulatedCloud, nodes: Informer, offerings: Informer, attempts: Informer
+    ) -> None:
+        self._client = client
+        self._provider = provider
+        self._nodes = nodes
+        self._offerings = offerings
+        self._attempts = attempts
+
+    async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
+        name = key[1]
+        node = self._nodes.get(None, name)
+        if node is None:
+            await self._provider.terminate(name, 0)
+            return None
+        node = await self._faults(node)
+        status = node.get("status") or {}
+        phase = status.get("phase")
+        now = units.now()
+        if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(node):
+            offering = self._offerings.get(None, node["spec"]["offering"])
+            if offering is None:
+                await self._set_status(node, "Failed", "BootFailed", f"Offering {node['spec']['offering']} is gone.")
+                return None
+            await self._provider.boot(node, offering)
+            return None
+        if phase == "Ready" and not self._provider.is_up(name):
+            self._provider.adopt(node)
+        if phase == "Ready" and self._provider.pid(name) is not None and _pid(node) != self._provider.pid(name):
+            patch = {"metadata": {"annotations": {PID_ANNOTATION: str(self._provider.pid(name))}}}
+            await self._client.patch("nodes", name, patch)
+            return None
+        if phase == "Terminating":
+            deadline = _time((node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION))
+            if deadline is not None and now < deadline:
+                return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
+            await self._provider.terminate(name, 0 if deadline is not None else 10)
+            if self._live(name):
+                # The host is gone with attempts its agent never reported: they are lost with it.
+                reason = str(status.get("reason") or "NodeLost")
+                await self._set_status(node, "Lost", reason, "The host went away before its attempts ended.")
+                return None
+            return await self._delete_when_done(node, now)
+        if phase in ("Lost", "Failed"):
+            self._provider.kill(name)
+            await self._provider.terminate(name, 0)
+            return await self._delete_when_done(node, now)
+        return None
+
+    async def _delete_when_done(self, node: Object, now: Any) -> Result | None:
+        name = node["metadata"]["name"]
+        if self._live(name):
+            return Result(requeue_after=1.0)
+        over = _time(node["metadata"].get("creationTimestamp"))
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Ready":
+                over = _time(condition.get("lastTransitionTime")) or over
+        if (node.get("status") or {}).get("phase") == "Terminating" or over is None or now >= over + RETENTION:
+            with contextlib.suppress(errors.NotFound):
+                await self._client.delete("nodes", name, uid=node["metadata"]["uid"])
+            return None
+        return Result(requeue_after=(over + RETENTION - now).total_seconds() + 0.05)
+
+    def _live(self, name: str) -> bool:
+        attempts = self._attempts.by_index(RAN_ON_INDEX, name)
+        return any((a.get("status") or {}).get("phase") not in TERMINAL for a in attempts)
+
+    async def _faults(self, node: Object) -> Object:
+        annotations = node["metadata"].get("annotations") or {}
+        for action in SIM_ACTIONS:
+            value = annotations.get(requested(action))
+            if not value or annotations.get(handled(action)) == value:
+                continue
+            node = await self._inject(node, action)
+            patch = {"metadata": {"annotations": {handled(action): value}}}
+            node = await self._client.patch("nodes", node["metadata"]["name"], patch)
+        return node
+
+    async def _inject(self, node: Object, action: str) -> Object:
+        name = node["metadata"]["name"]
+        phase = (node.get("status") or {}).get("phase")
+        log.warning("simulated cloud: %s node %s (phase %s)", action, name, phase)
+        if action == "kill":
+            self._provider.kill(name)
+            return node
+        if action == "fail-boot":
+            if self._provider.fail_boot(name) or phase == "Booting":
+                return await self._set_status(node, "Failed", "BootFailed", "The host failed to boot (simulated).")
+            return node
+        notice = units.parse_duration(
+            (node["metadata"].get("annotations") or {}).get("sim.nodus.dev/preempt-notice") or "30s"
+        )
+        at = units.now() + notice
+        patch = {
+            "metadata": {"annotations": {TERMINATE_AT_ANNOTATION: units.format_time(at)}},
+            "spec": {"unschedulable": True},
+        }
+        node = await self._client.patch("nodes", name, patch)
+        message = f"Interruptible capacity reclaimed; the host goes away at {units.format_time(at)}."
+        return await self._set_status(node, "Terminating", "Preempted", message)
+
+    async def _set_status(self, node: Object, phase: str, reason: str, message: str) -> Object:
+        status = {**(node.get("status") or {}), "phase": phase, "reason": reason, "message": message}
+        return await self._client.update("nodes", {**node, "status": status}, subresource="status")
+
+
+def _pid(node: Object) -> int | None:
+    text = (node["metadata"].get("annotations") or {}).get(PID_ANNOTATION) or ""
+    return int(text) if text.isdigit() else None
+
+
+def _time(text: Any) -> Any:
+    return units.parse_time(text) if isinstance(text, str) and text else None

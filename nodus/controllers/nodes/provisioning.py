@@ -1,0 +1,184 @@
+"""The provisioner: gives each placed Attempt a host, and releases hosts nobody uses.
+
+After the scheduler has placed an Attempt (``status.placement``: an offering, and a warm node when
+it chose to reuse one), the provisioner assigns it a Node: the warm one if it is still free, else a
+new Node in phase ``Booting`` that the provider brings up. The assignment is one write to the
+Attempt (``spec.node``, ``spec.offering`` and the ``nodus.dev/node`` label its agent selects on),
+guarded by the resourceVersion read, so a stale view is refused and retried. A Node created for an
+Attempt whose assignment then fails is not lost: it is idle capacity and is reused or released.
+
+Keyed by Node, it keeps idle hosts warm for the last Job's ``scaledownWindow`` (at least a short
+reuse grace, so the next index of the same Job lands on it) and then marks them ``Terminating``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.controllers.jobs.slots import TERMINAL
+from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.manager import Result
+
+Object = dict[str, Any]
+
+NODE_INDEX = "node"
+RAN_ON_INDEX = "ran-on"
+USABLE_NODE_PHASES = frozenset({"Booting", "Ready"})
+REUSE_GRACE = timedelta(seconds=10)
+
+
+def nodes_of(attempt: Object) -> list[str]:
+    """The nodes an attempt occupies or is about to: its assigned node and a warm node chosen for it."""
+    if (attempt.get("status") or {}).get("phase") in TERMINAL:
+        return []
+    names = {
+        (attempt.get("spec") or {}).get("node"),
+        ((attempt.get("status") or {}).get("placement") or {}).get("node"),
+    }
+    return sorted(n for n in names if isinstance(n, str) and n)
+
+
+def ran_on(attempt: Object) -> list[str]:
+    """The node an attempt was assigned to, whatever its phase."""
+    node = (attempt.get("spec") or {}).get("node")
+    return [node] if isinstance(node, str) and node else []
+
+
+def node_for(offering: Object, provider: str, now: str) -> Object:
+    name = f"{offering['metadata']['name']}-{secrets.token_hex(3)}"
+    spec = offering.get("spec") or {}
+    capacity = {k: spec[k] for k in ("memory", "disk") if spec.get(k)}
+    capacity.update(gpus=int(spec.get("gpus") or 0), cpu=str(spec.get("vcpu", "")))
+    return {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nodus.dev/offering": offering["metadata"]["name"]}},
+        "spec": {"offering": offering["metadata"]["name"], "provider": provider},
+        "status": {
+            "phase": "Booting",
+            "bootTime": now,
+            "capacity": capacity,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "Booting",
+                    "message": "The host is booting.",
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
+    }
+
+
+class AttemptProvisioner:
+    """Assigns placed attempts to hosts; keyed by (project, attempt name)."""
+
+    def __init__(self, client: Client, attempts: Informer, nodes: Informer, offerings: Informer, provider: str) -> None:
+        self._client = client
+        self._attempts = attempts
+        self._nodes = nodes
+        self._offerings = offerings
+        self._provider = provider
+
+    async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
+        attempt = self._attempts.get(*key)
+        if attempt is None:
+            return None
+        spec, status = attempt.get("spec") or {}, attempt.get("status") or {}
+        placement = status.get("placement") or {}
+        if (
+            status.get("phase") != "Provisioning"
+            or spec.get("node")
+            or spec.get("stop")
+            or not placement.get("offering")
+        ):
+            return None
+        node_name = placement.get("node")
+        if not node_name or not self._free(node_name, attempt):
+            offering = self._offerings.get(None, placement["offering"])
+            if offering is None:
+                raise RuntimeError(f"offering {placement['offering']} is gone")
+            node = await self._client.create(
+                "nodes", node_for(offering, self._provider, units.format_time(units.now()))
+            )
+            node_name = node["metadata"]["name"]
+        patch = {
+            "metadata": {
+                "resourceVersion": attempt["metadata"]["resourceVersion"],
+                "labels": {"nodus.dev/node": node_name},
+            },
+            "spec": {"node": node_name, "offering": placement["offering"]},
+        }
+        await self._client.patch("attempts", key[1], patch, attempt["metadata"]["namespace"])
+        return None
+
+    def _free(self, node_name: str, attempt: Object) -> bool:
+        node = self._nodes.get(None, node_name)
+        if node is None or (node.get("status") or {}).get("phase") not in USABLE_NODE_PHASES:
+            return False
+        if (node.get("spec") or {}).get("unschedulable"):
+            return False
+        others = [
+            a
+            for a in self._attempts.by_index(NODE_INDEX, node_name)
+            if a["metadata"]["uid"] != attempt["metadata"]["uid"]
+        ]
+        return not any((a.get("spec") or {}).get("node") == node_name for a in others)
+
+
+class IdleHosts:
+    """Keeps idle hosts warm for a while, then marks them Terminating; keyed by node name."""
+
+    def __init__(self, client: Client, attempts: Informer, nodes: Informer) -> None:
+        self._client = client
+        self._attempts = attempts
+        self._nodes = nodes
+
+    async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
+        name = key[1]
+        node = self._nodes.get(None, name)
+        if node is None:
+            return None
+        status = node.get("status") or {}
+        if status.get("phase") != "Ready":
+            return None
+        busy = self._attempts.by_index(NODE_INDEX, name)
+        now = units.now()
+        if busy:
+            if status.get("idleSince"):
+                await self._status(node, {"idleSince": None, "warmUntil": None})
+            return None
+        if not status.get("idleSince"):
+            window = max(self._window(name), REUSE_GRACE)
+            until = now + window
+            await self._status(node, {"idleSince": units.format_time(now), "warmUntil": units.format_time(until)})
+            return Result(requeue_after=window.total_seconds())
+        until = units.parse_time(status.get("warmUntil") or status["idleSince"])
+        if now < until:
+            return Result(requeue_after=max((until - now).total_seconds(), 0.05))
+        patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"unschedulable": True}}
+        node = await self._client.patch("nodes", name, patch)
+        await self._status(
+            node, {"phase": "Terminating", "reason": "ScaledDown", "message": "Idle past its warm window."}
+        )
+        return None
+
+    def _window(self, name: str) -> timedelta:
+        """The scaledownWindow of the Job whose attempt ran here last (0s when it set none)."""
+        ran = self._attempts.by_index(RAN_ON_INDEX, name)
+        if not ran:
+            return timedelta(0)
+        last = max(ran, key=lambda a: str((a.get("status") or {}).get("finishTime") or ""))
+        return units.parse_duration((last.get("spec") or {}).get("scaledownWindow") or "0s")
+
+    async def _status(self, node: Object, changes: Object) -> None:
+        status = {**(node.get("status") or {}), **changes}
+        status = {k: v for k, v in status.items() if v is not None}
+        with contextlib.suppress(errors.NotFound):
+            await self._client.update("nodes", {**node, "status": status}, subresource="status")

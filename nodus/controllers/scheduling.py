@@ -1,0 +1,160 @@
+"""The scheduler's loop: snapshot the informers, run one pure cycle, write its decisions.
+
+Cycles are numbered and run one at a time, woken by any change to attempts, nodes or offerings (and
+a periodic tick, for warm windows that expire with no event). A cycle's decisions are written
+concurrently: a binding is one ``/status`` write per attempt (``Provisioning`` with
+``status.placement``), carrying the resourceVersion the snapshot saw, so an attempt that changed
+meanwhile (stopped, say) is refused and reconsidered next cycle rather than bound stale.
+
+Between a write and the informer showing it, the loop *assumes* its bindings (as kube-scheduler
+does): an assumed attempt is not offered again and the capacity it took stays taken. An attempt
+placed on a new host holds that capacity as an in-flight host until the provisioner gives it a Node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.controllers.nodes.provisioning import NODE_INDEX
+from nodus.controllers.runtime.informers import Informer
+from nodus.scheduler import cycle as cycles
+from nodus.scheduler import snapshot as snapshots
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.controllers.scheduler")
+
+
+class SchedulerLoop:
+    def __init__(
+        self,
+        client: Client,
+        attempts: Informer,
+        nodes: Informer,
+        offerings: Informer,
+        *,
+        concurrency: int = 32,
+        tick: float = 5.0,
+    ) -> None:
+        self._client = client
+        self._attempts = attempts
+        self._nodes = nodes
+        self._offerings = offerings
+        self._writes = asyncio.Semaphore(concurrency)
+        self._tick = tick
+        self._wake = asyncio.Event()
+        self._assumed: dict[tuple[str, str], str | None] = {}  # attempt key -> warm node it took, if any
+        self.cycle = 0
+        for informer in (attempts, nodes, offerings):
+            informer.add_handler(self._changed)
+
+    def _changed(self, old: Object | None, new: Object | None) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._tick)
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("scheduling cycle %d failed", self.cycle)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def run_once(self) -> int:
+        """One cycle; returns how many attempts it bound."""
+        snapshot = self.snapshot()
+        if not snapshot.work:
+            return 0
+        result = cycles.run_cycle(snapshot)
+        by_key = {(a["metadata"]["namespace"], a["metadata"]["name"]): a for a in self._pending()}
+        writes = [self._bind(by_key[(b.work.namespace, b.work.name)], b) for b in result.bindings]
+        writes += [
+            self._unschedulable(by_key[(u.work.namespace, u.work.name)], u.message) for u in result.unschedulable
+        ]
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, errors.Conflict | errors.NotFound):
+                log.error("scheduler write failed: %s", outcome)
+        return sum(1 for o in outcomes[: len(result.bindings)] if o is True)
+
+    def _pending(self) -> list[Object]:
+        out = []
+        for attempt in self._attempts.items():
+            key = (attempt["metadata"]["namespace"], attempt["metadata"]["name"])
+            status, spec = attempt.get("status") or {}, attempt.get("spec") or {}
+            if status.get("phase", "Pending") != "Pending":
+                self._assumed.pop(key, None)
+                continue
+            if spec.get("stop") or attempt["metadata"].get("deletionTimestamp") or key in self._assumed:
+                continue
+            out.append(attempt)
+        out.sort(key=lambda a: (a["metadata"].get("creationTimestamp") or "", a["metadata"]["name"]))
+        return out
+
+    def snapshot(self) -> snapshots.Snapshot:
+        self.cycle += 1
+        now = units.now()
+        pending = self._pending()
+        work = [snapshots.Work.from_object(a) for a in pending]
+        offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
+        taken = {node for node in self._assumed.values() if node}
+        hosts = [
+            snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+            for node in self._nodes.items()
+            if (name := node["metadata"]["name"])
+        ]
+        hosts += self._in_flight(now)
+        return snapshots.Snapshot(cycle=self.cycle, now=now, work=work, offerings=offerings, hosts=hosts)
+
+    def _in_flight(self, now: Any) -> list[snapshots.Host]:
+        """Placed attempts still waiting for a new Node: each holds one host of its offering."""
+        out = []
+        for attempt in self._attempts.items():
+            status, spec = attempt.get("status") or {}, attempt.get("spec") or {}
+            placement = status.get("placement") or {}
+            if status.get("phase") != "Provisioning" or spec.get("node") or placement.get("node"):
+                continue
+            out.append(
+                snapshots.Host(
+                    name=f"(new host for {attempt['metadata']['name']})",
+                    offering=str(placement.get("offering")),
+                    phase="Booting",
+                    busy=True,
+                    unschedulable=True,
+                    warm_until=None,
+                )
+            )
+        return out
+
+    async def _bind(self, attempt: Object, binding: cycles.Binding) -> bool:
+        key = (attempt["metadata"]["namespace"], attempt["metadata"]["name"])
+        placement = binding.placement()
+        status = {k: v for k, v in (attempt.get("status") or {}).items() if k not in ("reason", "message")}
+        status.update(phase="Provisioning", placement=placement, scheduledTime=units.format_time(units.now()))
+        self._assumed[key] = binding.node
+        try:
+            async with self._writes:
+                await self._client.update("attempts", {**attempt, "status": status}, key[0], subresource="status")
+        except Exception:
+            self._assumed.pop(key, None)
+            self._wake.set()
+            raise
+        return True
+
+    async def _unschedulable(self, attempt: Object, message: str) -> bool:
+        status = attempt.get("status") or {}
+        if status.get("reason") == "Unschedulable" and status.get("message") == message:
+            return False
+        new = {**status, "reason": "Unschedulable", "message": message}
+        async with self._writes:
+            await self._client.update(
+                "attempts", {**attempt, "status": new}, attempt["metadata"]["namespace"], subresource="status"
+            )
+        return False

@@ -1,0 +1,439 @@
+"""The agent's local runtimes, with real processes and real sandboxes (no mocks).
+
+Every behaviour an attempt's owner would notice: output, environment, directories, how the program
+ended, and what stop() and kill() do to the whole process tree. Bubblewrap-only tests skip, with
+bwrap's own reason, only where bwrap cannot create namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodus.agent import bubblewrap, runtime
+from nodus.agent.layout import AttemptLayout
+
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Generous: a program that ignores SIGTERM is killed after it; one that honours it never waits it out.
+LONG_GRACE = 120.0
+# Only guards against a hang turning into a silent 5-minute timeout; never reached when things work.
+HANG_GUARD = 120.0
+
+
+def _bubblewrap_or_skip() -> runtime.Runtime:
+    try:
+        return runtime.select_runtime("bubblewrap")
+    except runtime.RuntimeUnavailable as error:
+        pytest.skip(f"bubblewrap cannot run on this machine: {error}")
+
+
+@pytest.fixture(params=["bubblewrap", "unsandboxed"])
+def any_runtime(request: pytest.FixtureRequest) -> runtime.Runtime:
+    if request.param == "bubblewrap":
+        return _bubblewrap_or_skip()
+    return runtime.select_runtime("unsandboxed")
+
+
+@pytest.fixture
+def sandbox() -> runtime.Runtime:
+    return _bubblewrap_or_skip()
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> AttemptLayout:
+    return AttemptLayout.create(tmp_path / "attempts", "train-0-1")
+
+
+def make_spec(
+    layout: AttemptLayout, *argv: str, env: dict[str, str] | None = None, working_dir: str = "/workspace"
+) -> runtime.RunSpec:
+    return runtime.RunSpec(argv=list(argv), env={"PATH": PATH, **(env or {})}, working_dir=working_dir, layout=layout)
+
+
+def shell(
+    layout: AttemptLayout, script: str, *, env: dict[str, str] | None = None, working_dir: str = "/workspace"
+) -> runtime.RunSpec:
+    return make_spec(layout, "/bin/sh", "-c", script, env=env, working_dir=working_dir)
+
+
+@dataclass
+class Finished:
+    exit: runtime.Exit
+    stdout: list[str]
+    stderr: list[str]
+
+
+async def drain(process: runtime.Process, lines: AsyncIterator[tuple[str, str]] | None = None) -> Finished:
+    stdout: list[str] = []
+    stderr: list[str] = []
+
+    async def collect() -> None:
+        async for stream, line in lines if lines is not None else process.lines():
+            (stdout if stream == "stdout" else stderr).append(line)
+
+    await asyncio.wait_for(collect(), HANG_GUARD)
+    return Finished(await asyncio.wait_for(process.wait(), HANG_GUARD), stdout, stderr)
+
+
+async def run(chosen: runtime.Runtime, spec: runtime.RunSpec) -> Finished:
+    return await drain(await chosen.start(spec))
+
+
+async def started_and_ready(
+    chosen: runtime.Runtime, spec: runtime.RunSpec
+) -> tuple[runtime.Process, AsyncIterator[tuple[str, str]]]:
+    """Start a program that prints ``ready`` once its signal handling is in place, and wait for that line."""
+    process = await chosen.start(spec)
+    lines = process.lines()
+    assert await asyncio.wait_for(anext(lines), HANG_GUARD) == ("stdout", "ready")
+    return process, lines
+
+
+def exited(code: int) -> runtime.Exit:
+    return runtime.Exit(code=code, signal=None, oom_killed=False, stopped=False)
+
+
+def killed(number: int, *, oom: bool = False, stopped: bool = False) -> runtime.Exit:
+    return runtime.Exit(code=None, signal=number, oom_killed=oom, stopped=stopped)
+
+
+# --- output, environment, directories -------------------------------------------------------------
+
+
+async def test_output_lines_keep_order_and_stream(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    finished = await run(
+        any_runtime, shell(layout, "echo hello; echo oops >&2; echo world; echo again >&2; printf tail")
+    )
+
+    assert finished.stdout == ["hello", "world", "tail"]
+    assert finished.stderr == ["oops", "again"]
+    assert finished.exit == exited(0)
+    assert finished.exit.succeeded
+
+
+async def test_a_line_longer_than_the_limit_arrives_in_pieces(
+    any_runtime: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    length = runtime.MAX_LINE_BYTES + 10
+    finished = await run(any_runtime, shell(layout, f"head -c {length} /dev/zero | tr '\\0' a; echo; echo next"))
+
+    assert finished.stdout == ["a" * runtime.MAX_LINE_BYTES, "a" * 10, "next"]
+
+
+async def test_environment_is_exactly_the_given_one(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    contract = {
+        "NODUS_INDEX": "3",
+        "JOB_COMPLETION_INDEX": "3",
+        "NODUS_JOB": "train",
+        "NODUS_PROJECT": "vision",
+        "NODUS_ATTEMPT": "train-3-1",
+        "NODUS_ATTEMPT_NUMBER": "1",
+        "NODUS_NODE": "node-a",
+        "NODUS_OFFERING": "cpu-x1-us",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "CUDA_VISIBLE_DEVICES": "",
+        "LEARNING_RATE": "3e-4 with spaces",
+    }
+    finished = await run(any_runtime, make_spec(layout, "env", env=contract))
+
+    assert sorted(finished.stdout) == sorted(f"{name}={value}" for name, value in {"PATH": PATH, **contract}.items())
+
+
+async def test_sandbox_cwd_is_the_working_dir_backed_by_the_layout(
+    sandbox: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    finished = await run(sandbox, shell(layout, "pwd; echo kept > made-here", working_dir="/src/app"))
+
+    assert finished.stdout == ["/src/app"]
+    assert (layout.workdir / "made-here").read_text() == "kept\n"
+
+
+async def test_unsandboxed_cwd_is_the_host_workdir(layout: AttemptLayout) -> None:
+    finished = await run(runtime.select_runtime("unsandboxed"), shell(layout, "pwd -P"))
+
+    assert finished.stdout == [str(layout.workdir.resolve())]
+
+
+async def test_nodus_directories_inputs_read_only_the_rest_writable(
+    sandbox: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    (layout.inputs / "data.txt").write_text("payload\n")
+    script = """
+        cat /nodus/inputs/data.txt
+        echo x > /nodus/inputs/new || echo inputs-refused
+        mount -o remount,rw /nodus/inputs 2>/dev/null && echo remounted
+        for dir in outputs state secrets scratch; do echo "$dir" > "/nodus/$dir/proof"; done
+        echo x > /nodus/not-a-contract-dir || echo nodus-refused
+    """
+    finished = await run(sandbox, shell(layout, script))
+
+    assert finished.stdout == ["payload", "inputs-refused", "nodus-refused"]
+    assert not (layout.inputs / "new").exists()
+    for directory in (layout.outputs, layout.state, layout.secrets, layout.scratch):
+        assert (directory / "proof").read_text() == f"{directory.name}\n"
+    assert finished.exit == exited(0)
+
+
+async def test_sandbox_hides_other_attempts(sandbox: runtime.Runtime, layout: AttemptLayout) -> None:
+    other = AttemptLayout.create(layout.root, "other-0-1")
+    (other.secrets / "token").write_text("not yours")
+    finished = await run(sandbox, shell(layout, f"cat {other.secrets / 'token'} || echo hidden"))
+
+    assert finished.stdout == ["hidden"]
+
+
+async def test_sandbox_has_its_own_pid_namespace(sandbox: runtime.Runtime, layout: AttemptLayout) -> None:
+    finished = await run(sandbox, shell(layout, "echo $$; ls /proc"))
+
+    own_pid, *listing = finished.stdout
+    visible = {int(name) for name in listing if name.isdigit()}
+    assert int(own_pid) < 10
+    assert visible and max(visible) < 10
+    assert os.getpid() not in visible
+
+
+# --- how it ended ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        pytest.param("exit 3", exited(3), id="exit-3"),
+        pytest.param("exit 137", exited(137), id="exit-137-is-not-a-signal"),
+        pytest.param("kill -TERM $$", killed(signal.SIGTERM), id="own-sigterm"),
+        # The OOM rule: a SIGKILL the agent did not send is the kernel's OOM killer.
+        pytest.param("kill -KILL $$", killed(signal.SIGKILL, oom=True), id="foreign-sigkill-is-oom"),
+    ],
+)
+async def test_exit_is_reported_exactly(
+    any_runtime: runtime.Runtime, layout: AttemptLayout, script: str, expected: runtime.Exit
+) -> None:
+    finished = await run(any_runtime, shell(layout, script))
+
+    assert finished.exit == expected
+    assert not finished.exit.succeeded
+
+
+async def test_command_that_cannot_run_fails_to_start(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    with pytest.raises(runtime.StartFailed, match="nodus-no-such-command"):
+        await any_runtime.start(make_spec(layout, "nodus-no-such-command"))
+
+
+async def test_sandbox_that_cannot_be_set_up_fails_to_start(sandbox: runtime.Runtime, layout: AttemptLayout) -> None:
+    # /usr is the host's, read-only: a working directory cannot be created below it.
+    with pytest.raises(runtime.StartFailed, match="sandbox could not be set up: bwrap"):
+        await sandbox.start(shell(layout, "true", working_dir="/usr/nodus-no-such-dir"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "working_dir"),
+    [
+        pytest.param([], "/workspace", id="empty-command"),
+        pytest.param(["true"], "workspace", id="relative-working-dir"),
+        pytest.param(["true"], "/", id="root-working-dir"),
+        pytest.param(["true"], "/nodus/outputs", id="working-dir-in-nodus"),
+    ],
+)
+async def test_spec_no_runtime_can_honour_is_refused(
+    any_runtime: runtime.Runtime, layout: AttemptLayout, argv: list[str], working_dir: str
+) -> None:
+    with pytest.raises(runtime.StartFailed):
+        await any_runtime.start(runtime.RunSpec(argv=argv, env={"PATH": PATH}, working_dir=working_dir, layout=layout))
+
+
+async def test_leftover_processes_end_with_the_program(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    # The background sleep holds stdout open: lines() ends only because it is killed.
+    finished = await run(any_runtime, shell(layout, "sleep 1000 & echo left-behind"))
+
+    assert finished.stdout == ["left-behind"]
+    assert finished.exit == exited(0)
+
+
+# --- stop and kill --------------------------------------------------------------------------------
+
+
+async def test_stop_lets_a_program_that_traps_term_exit_cleanly(
+    any_runtime: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    script = "trap 'echo saving; exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+    process, lines = await started_and_ready(any_runtime, shell(layout, script))
+
+    stopped = await process.stop(grace_seconds=LONG_GRACE)
+    finished = await drain(process, lines)
+
+    assert stopped == runtime.Exit(code=0, signal=None, oom_killed=False, stopped=True)
+    assert not stopped.succeeded
+    assert finished.stdout == ["saving"]
+
+
+async def test_stop_kills_a_program_that_ignores_term_after_the_grace(
+    any_runtime: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    process, lines = await started_and_ready(
+        any_runtime, shell(layout, "trap '' TERM; echo ready; while :; do sleep 0.1; done")
+    )
+
+    stopped = await process.stop(grace_seconds=0.2)
+    await drain(process, lines)
+
+    assert stopped == killed(signal.SIGKILL, stopped=True)
+
+
+async def test_stop_reaches_processes_that_left_the_session(sandbox: runtime.Runtime, layout: AttemptLayout) -> None:
+    child = (
+        "import pathlib, signal, sys, time\n"
+        "def on_term(*_):\n"
+        "    pathlib.Path('/nodus/outputs/child-got-term').write_text('yes')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "print('ready', flush=True)\n"
+        "while True: time.sleep(1)\n"
+    )
+    # The program ignores SIGTERM and waits for a child in a session of its own.
+    script = f"trap '' TERM; setsid -w {sys.executable} -c \"$CHILD\" & wait"
+    process, lines = await started_and_ready(sandbox, shell(layout, script, env={"CHILD": child}))
+
+    stopped = await process.stop(grace_seconds=LONG_GRACE)
+    await drain(process, lines)
+
+    assert stopped == runtime.Exit(code=0, signal=None, oom_killed=False, stopped=True)
+    assert (layout.outputs / "child-got-term").read_text() == "yes"
+
+
+async def test_kill_is_immediate_and_not_oom(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    process, lines = await started_and_ready(any_runtime, shell(layout, "trap 'exit 0' TERM; echo ready; sleep 1000"))
+
+    ended = await process.kill()
+    await drain(process, lines)
+
+    assert ended == killed(signal.SIGKILL, stopped=True)
+
+
+async def test_stop_is_idempotent_and_concurrent_calls_agree(
+    any_runtime: runtime.Runtime, layout: AttemptLayout
+) -> None:
+    process, lines = await started_and_ready(
+        any_runtime, shell(layout, "trap 'exit 5' TERM; echo ready; while :; do sleep 0.1; done")
+    )
+
+    first, second = await asyncio.gather(process.stop(LONG_GRACE), process.stop(LONG_GRACE))
+    again = await process.stop(LONG_GRACE)
+    after_kill = await process.kill()
+    await drain(process, lines)
+
+    assert first == second == again == after_kill == runtime.Exit(code=5, signal=None, oom_killed=False, stopped=True)
+
+
+async def test_stop_after_the_end_changes_nothing(any_runtime: runtime.Runtime, layout: AttemptLayout) -> None:
+    process = await any_runtime.start(shell(layout, "exit 0"))
+    finished = await drain(process)
+
+    assert await process.stop(LONG_GRACE) == finished.exit == exited(0)
+    assert await process.kill() == exited(0)
+
+
+LIMIT = runtime.MAX_LINE_BYTES
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        pytest.param(b"one\n\nthree", ["one", "", "three"], id="empty-line-and-partial-last"),
+        pytest.param(b"a" * LIMIT + b"\n", ["a" * LIMIT], id="exactly-the-limit"),
+        pytest.param(b"a" * (LIMIT + 10) + b"\nnext\n", ["a" * LIMIT, "a" * 10, "next"], id="newline-after-a-read"),
+        pytest.param(b"a" * (2 * LIMIT) + b"\n", ["a" * LIMIT, "a" * LIMIT], id="twice-the-limit"),
+        pytest.param(b"caf\xc3\xa9 \xff\n", ["caf\u00e9 \ufffd"], id="not-utf-8"),
+    ],
+)
+async def test_lines_are_cut_at_newlines_and_at_the_limit(output: bytes, expected: list[str]) -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(output)
+    reader.feed_eof()
+
+    assert [line async for _, line in runtime.merged_lines({"stdout": reader})] == expected
+
+
+# --- selection, exit model, layout ----------------------------------------------------------------
+
+
+def test_select_runtime_by_name() -> None:
+    assert runtime.select_runtime("unsandboxed").name == "unsandboxed"
+    with pytest.raises(ValueError, match="auto, bubblewrap or unsandboxed"):
+        runtime.select_runtime("docker")
+
+
+def test_auto_selects_bubblewrap_where_it_works() -> None:
+    _bubblewrap_or_skip()
+    assert runtime.select_runtime("auto").name == "bubblewrap"
+
+
+@pytest.fixture
+def fresh_probe() -> Iterator[None]:
+    bubblewrap._probe.cache_clear()
+    yield
+    bubblewrap._probe.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_probe")
+def test_auto_without_bwrap_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(runtime.RuntimeUnavailable, match=r"bwrap not found.*bubblewrap.*--runtime=unsandboxed"):
+        runtime.select_runtime("auto")
+
+
+@pytest.mark.parametrize(
+    ("returncode", "agent_killed", "expected"),
+    [
+        pytest.param(0, False, exited(0), id="exit-0"),
+        pytest.param(2, False, exited(2), id="exit-2"),
+        pytest.param(-signal.SIGTERM, False, killed(signal.SIGTERM), id="sigterm"),
+        pytest.param(-signal.SIGKILL, False, killed(signal.SIGKILL, oom=True), id="foreign-sigkill"),
+        pytest.param(-signal.SIGKILL, True, killed(signal.SIGKILL), id="agent-sigkill"),
+    ],
+)
+def test_exit_from_returncode(returncode: int, agent_killed: bool, expected: runtime.Exit) -> None:
+    assert runtime.Exit.from_returncode(returncode, stop_requested=False, agent_killed=agent_killed) == expected
+
+
+def test_exit_reads_well() -> None:
+    assert str(exited(3)) == "exited with code 3"
+    assert (
+        str(killed(signal.SIGKILL, oom=True)) == "killed by signal 9 (SIGKILL), presumably by the out-of-memory killer"
+    )
+    assert str(killed(signal.SIGKILL, stopped=True)) == "killed by signal 9 (SIGKILL) after the agent stopped it"
+
+
+def test_layout_creates_the_contract_directories_idempotently(tmp_path: Path) -> None:
+    layout = AttemptLayout.create(tmp_path, "train-0-1")
+    (layout.state / "checkpoint").write_text("step 10")
+    again = AttemptLayout.create(tmp_path, "train-0-1")
+
+    assert again == layout
+    assert [path.name for path in (layout.inputs, layout.outputs, layout.state, layout.secrets, layout.scratch)] == [
+        "inputs",
+        "outputs",
+        "state",
+        "secrets",
+        "scratch",
+    ]
+    assert all(path.is_dir() for path in (layout.nodus_dir, layout.workdir))
+    assert (again.state / "checkpoint").read_text() == "step 10"
+    assert layout.secrets.stat().st_mode & 0o777 == 0o700
+
+    layout.remove()
+    layout.remove()
+    assert not layout.directory.exists()
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "x\0y"])
+def test_layout_refuses_names_that_are_not_one_directory(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="not a valid attempt directory name"):
+        AttemptLayout.create(tmp_path, name)

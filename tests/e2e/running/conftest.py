@@ -1,0 +1,99 @@
+"""A cluster that runs Jobs: its own database and API server, controllers and the simulated cloud.
+
+It is separate from the session's API-only cluster so that Jobs created by the API tests are never
+picked up and run, and so that these tests may kill and restart controllers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from nodus.storage import database
+from tests.support import cluster as clusters
+from tests.support import controllers
+from tests.support.objects import API
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Running:
+    """The job-running cluster: the API server, the leading controllers and a workspace."""
+
+    cluster: clusters.Cluster
+    controllers: controllers.ControllerProcess
+    directory: Path
+
+    def client(self, user: str = "admin") -> httpx.Client:
+        return self.cluster.client(user)
+
+    def logs(self) -> str:
+        apiserver, controllers = self.cluster.logs()[-20000:], self.controllers.logs()[-40000:]
+        return f"--- apiserver ---\n{apiserver}\n--- controllers ---\n{controllers}"
+
+    def project(self) -> str:
+        name = f"run-{uuid.uuid4().hex[:8]}"
+        with self.client() as client:
+            body = {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": name}, "spec": {}}
+            response = client.post(
+                f"{API}/projects", json={**body, "spec": {"members": [{"name": "alice", "role": "Owner"}]}}
+            )
+            assert response.status_code == 201, response.text
+        return name
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+        """Poll ``check`` until it returns something truthy; fail with the process logs otherwise."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = check()
+            if last:
+                return last
+            time.sleep(0.2)
+        pytest.fail(f"timed out waiting for {what} (last: {last!r})\n{self.logs()}")
+
+    def job(self, project: str, name: str) -> dict[str, Any]:
+        with self.client() as client:
+            response = client.get(f"{API}/namespaces/{project}/jobs/{name}")
+            assert response.status_code == 200, response.text
+            return dict(response.json())
+
+    def attempts(self, project: str, job: str) -> list[dict[str, Any]]:
+        with self.client() as client:
+            response = client.get(
+                f"{API}/namespaces/{project}/attempts", params={"labelSelector": f"nodus.dev/job={job}"}
+            )
+            assert response.status_code == 200, response.text
+            return list(response.json()["items"])
+
+    def wait_phase(self, project: str, name: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            job = self.job(project, name)
+            return job if (job.get("status") or {}).get("phase") in phases else None
+
+        return dict(self.wait_for(f"job {name} to reach {phases}", check, timeout))
+
+
+@pytest.fixture(scope="session")
+def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    url = asyncio.run(database.create_database(database_server))
+    database.migrate(url)
+    directory = tmp_path_factory.mktemp("running")
+    cluster = clusters.start(directory, url, extra_args=("--watch-bookmark-interval", "1s"), migrate=False)
+    leader = controllers.start(cluster, directory, "first")
+    try:
+        controllers.wait_for_leader(cluster, "first")
+        yield Running(cluster, leader, directory)
+    finally:
+        leader.stop()
+        cluster.stop()
+        asyncio.run(database.drop_database(url))

@@ -1,0 +1,103 @@
+"""A real ``nodus controllers`` process (with the simulated cloud) for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.cluster import Cluster
+
+# Fast enough for tests, slow enough to be realistic: hosts boot at once, heartbeat every 0.5s and
+# are lost after 3s of silence.
+TEST_FLAGS = (
+    "--sim-boot-time",
+    "0s",
+    "--sim-heartbeat-interval",
+    "500ms",
+    "--node-grace",
+    "3s",
+    "--sim-capacity",
+    "4",
+    "--workers",
+    "4",
+)
+
+
+@dataclass
+class ControllerProcess:
+    process: subprocess.Popen[bytes]
+    log_file: Path
+    identity: str
+
+    def logs(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no lease release, hosts keep running (as when a machine dies)."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def start(cluster: Cluster, directory: Path, identity: str, extra_args: tuple[str, ...] = ()) -> ControllerProcess:
+    directory.mkdir(parents=True, exist_ok=True)
+    log_file = directory / f"controllers-{identity}.log"
+    args = [
+        sys.executable,
+        "-m",
+        "nodus",
+        "controllers",
+        "--kubeconfig",
+        str(cluster.kubeconfig("admin")),
+        "--identity",
+        identity,
+        "--sim-work-dir",
+        str(directory / "hosts"),
+        *TEST_FLAGS,
+        *extra_args,
+    ]
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    return ControllerProcess(process, log_file, identity)
+
+
+def wait_for_leader(cluster: Cluster, identity: str | None = None, timeout: float = 60) -> str:
+    """The identity holding the controllers' Lease, once one does (or ``identity`` does)."""
+    deadline = time.monotonic() + timeout
+    with cluster.client("admin") as client:
+        while time.monotonic() < deadline:
+            response = client.get("/apis/nodus.dev/v1/leases/nodus-controllers")
+            if response.status_code == 200:
+                holder = str(response.json()["spec"].get("holderIdentity") or "")
+                if holder and (identity is None or holder == identity):
+                    return holder
+            time.sleep(0.2)
+    raise TimeoutError(f"no controller became leader within {timeout}s")
+
+
+def wait_ready(cluster: Cluster) -> None:
+    """Until the API server answers (it restarts in some tests)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{cluster.url}/readyz", verify=cluster.tls(), timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)

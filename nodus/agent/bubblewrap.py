@@ -220,6 +220,9 @@ def sandbox_argv(bwrap: str, interpreter: str, spec: runtime.RunSpec, *, control
     argv = [bwrap, *_base_flags()]
     if not Path(layout.root).is_relative_to("/tmp"):  # under /tmp it is hidden already
         argv += ["--tmpfs", str(layout.root)]
+    for path in spec.hidden:
+        if Path(path).is_dir() and not Path(path).is_relative_to("/tmp"):
+            argv += ["--tmpfs", path]
     for name in NODUS_DIRECTORIES:
         bind = "--ro-bind" if name == "inputs" else "--bind"
         argv += [bind, str(layout.nodus_dir / name), f"{SANDBOX_NODUS_DIR}/{name}"]

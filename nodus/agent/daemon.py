@@ -48,6 +48,8 @@ class AgentSettings:
     gpus: int | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
     shutdown_grace: float = 10.0
+    # Host directories programs must not see: the agent's kubeconfig and the control plane's files.
+    hidden: tuple[str, ...] = ()
 
 
 class Agent:
@@ -85,7 +87,9 @@ class Agent:
         """Create the Node if nobody did (an agent started by hand) and report it Ready."""
         name, spec = self.settings.node_name, offering.get("spec") or {}
         gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
-        self.host = HostFacts(name, self.settings.offering, list(range(gpus)), self.settings.work_dir)
+        self.host = HostFacts(
+            name, self.settings.offering, list(range(gpus)), self.settings.work_dir, self.settings.hidden
+        )
         try:
             node = await self.client.get("nodes", name)
         except errors.NotFound:

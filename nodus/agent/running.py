@@ -45,6 +45,7 @@ class HostFacts:
     offering: str
     gpu_indexes: list[int]
     work_dir: Path
+    hidden: tuple[str, ...] = ()
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
@@ -153,6 +154,7 @@ class AttemptRun:
                 env=environment(self.attempt, self.host),
                 working_dir=spec.get("workingDir") or DEFAULT_WORKING_DIR,
                 layout=layout,
+                hidden=self.host.hidden,
             )
             try:
                 self.process = await self.runtime.start(run_spec)

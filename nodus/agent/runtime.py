@@ -66,6 +66,9 @@ class RunSpec:
     env: dict[str, str]
     working_dir: str
     layout: AttemptLayout
+    # Host directories the program must not see (the agent's credentials, the control plane's data
+    # directory): the sandbox covers each with an empty tmpfs. The unsandboxed runtime cannot.
+    hidden: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nodus.apimachinery import statusreasons
+
 
 @dataclass(frozen=True)
 class Reason:
@@ -171,3 +173,10 @@ _register(
     "Re-apply with the other manager's values, or use `kubectl apply --server-side --force-conflicts`.",
     "Each conflicting field is listed in `details.causes` with the manager that owns it.",
 )
+
+# The reasons controllers write into ``status.reason`` (Jobs, Attempts, Nodes). They are not HTTP
+# errors (status 0 here); the table lives in ``nodus.apimachinery.statusreasons`` so that controllers,
+# which never import the API server, write exactly the codes whose pages it serves.
+for _status_reason in statusreasons.all_status_reasons():
+    if _status_reason.code not in _REASONS:
+        _register(_status_reason.code, 0, _status_reason.summary, _status_reason.fix, _status_reason.explanation)

@@ -51,6 +51,11 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     parser.add_argument(
         "--boot-timeout", type=duration, default=timedelta(minutes=15), help="how long a host may take to register"
     )
+    parser.add_argument("--lease-duration", type=duration, default=timedelta(seconds=15), help="leader Lease term")
+    parser.add_argument(
+        "--renew-deadline", type=duration, default=timedelta(seconds=10), help="leader renewal deadline"
+    )
+    parser.add_argument("--retry-period", type=duration, default=timedelta(seconds=2), help="leader renewal period")
     parser.add_argument("--provider", choices=("sim", "none"), default="sim", help="the cloud that supplies hosts")
     parser.add_argument("--sim-work-dir", type=Path, help="where simulated hosts keep their files")
     parser.add_argument(
@@ -60,6 +65,13 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         "--sim-boot-scale", type=float, default=0.05, help="scale of the offerings' boot times (default 0.05)"
     )
     parser.add_argument("--sim-capacity", type=int, default=4, help="hosts per offering in the simulated cloud")
+    parser.add_argument(
+        "--sim-boot-time-for",
+        action="append",
+        default=[],
+        metavar="OFFERING=DURATION",
+        help="a boot time for one offering (repeatable), e.g. to catch a host while it boots",
+    )
     parser.add_argument(
         "--sim-runtime",
         choices=("auto", "bubblewrap", "unsandboxed"),
@@ -87,13 +99,28 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             capacity=args.sim_capacity,
             runtime=args.sim_runtime,
             heartbeat_interval=args.sim_heartbeat_interval,
+            boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
         )
     settings = ControllerSettings(
-        kubeconfig=kubeconfig, workers=args.workers, node_grace=args.node_grace, boot_timeout=args.boot_timeout, sim=sim
+        kubeconfig=kubeconfig,
+        workers=args.workers,
+        node_grace=args.node_grace,
+        boot_timeout=args.boot_timeout,
+        lease_duration=args.lease_duration.total_seconds(),
+        renew_deadline=args.renew_deadline.total_seconds(),
+        retry_period=args.retry_period.total_seconds(),
+        sim=sim,
     )
     if args.identity:
         settings.identity = args.identity
     return settings
+
+
+def _pair(text: str) -> tuple[str, timedelta]:
+    offering, _, value = text.partition("=")
+    if not offering or not value:
+        raise SystemExit(f"--sim-boot-time-for wants OFFERING=DURATION, not {text!r}")
+    return offering, duration(value)
 
 
 def controllers(args: argparse.Namespace) -> None:
@@ -117,6 +144,13 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--work-dir", type=Path, default=Path("/var/lib/nodus/agent"), help="local scratch")
     parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))
+    parser.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a host directory sandboxed programs must not see (repeatable; the kubeconfig's directory always is)",
+    )
 
 
 def agent(args: argparse.Namespace) -> None:
@@ -135,7 +169,9 @@ def agent(args: argparse.Namespace) -> None:
         gpus=args.gpus,
         heartbeat_interval=args.heartbeat_interval,
     )
-    config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
+    config_path = kubeconfig_path(args)
+    settings.hidden = (str(config_path.resolve().parent), *(str(Path(d).resolve()) for d in args.hide))
+    config = ClientConfig.from_kubeconfig(config_path)
 
     async def main() -> None:
         async with Client(config, user_agent=f"nodus-agent/{args.node_name}") as client:

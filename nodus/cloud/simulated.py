@@ -44,6 +44,7 @@ class SimulatedCloudConfig:
     boot_scale: float = 1.0
     capacity: int = 4
     capacity_overrides: dict[str, int] = field(default_factory=dict)
+    boot_time_overrides: dict[str, timedelta] = field(default_factory=dict)
     runtime: str = "auto"
     heartbeat_interval: timedelta = timedelta(seconds=2)
 
@@ -101,6 +102,9 @@ class SimulatedCloud:
         host.boot = asyncio.create_task(self._boot(name, offering, host), name=f"boot {name}")
 
     def boot_delay(self, offering: Object) -> float:
+        override = self.config.boot_time_overrides.get(offering["metadata"]["name"])
+        if override is not None:
+            return override.total_seconds()
         if self.config.boot_time is not None:
             return self.config.boot_time.total_seconds()
         p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"

@@ -8,9 +8,12 @@ bwrap's own reason, only where bwrap cannot create namespaces.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +188,21 @@ async def test_sandbox_hides_other_attempts(sandbox: runtime.Runtime, layout: At
     other = AttemptLayout.create(layout.root, "other-0-1")
     (other.secrets / "token").write_text("not yours")
     finished = await run(sandbox, shell(layout, f"cat {other.secrets / 'token'} || echo hidden"))
+
+    assert finished.stdout == ["hidden"]
+
+
+async def test_sandbox_hides_the_agents_credentials(sandbox: runtime.Runtime, layout: AttemptLayout) -> None:
+    # Outside /tmp on purpose: the sandbox's /tmp is private anyway.
+    secret_dir = Path(tempfile.mkdtemp(prefix="nodus-agent-creds-", dir=Path.home()))
+    try:
+        (secret_dir / "kubeconfig").write_text("token: admin")
+        spec = dataclasses.replace(
+            shell(layout, f"cat {secret_dir / 'kubeconfig'} || echo hidden"), hidden=(str(secret_dir),)
+        )
+        finished = await run(sandbox, spec)
+    finally:
+        shutil.rmtree(secret_dir)
 
     assert finished.stdout == ["hidden"]
 

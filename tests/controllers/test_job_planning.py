@@ -230,3 +230,11 @@ def test_data_plane_fields_are_refused_until_the_agent_runs_them() -> None:
 )
 def test_completed_indexes_are_compressed(indexes: list[int], text: str) -> None:
     assert ranges.compress(indexes) == text
+
+
+def test_every_status_reason_has_a_served_docs_page() -> None:
+    from nodus.api import reasons  # the server registers the controllers' codes beside its own
+    from nodus.apimachinery import statusreasons
+
+    for entry in statusreasons.all_status_reasons():
+        assert reasons.reason(entry.code).fix == entry.fix

@@ -14,6 +14,9 @@ import httpx
 
 from tests.support.cluster import Cluster
 
+# An offering whose hosts take a while to boot, so that a test can catch one booting.
+SLOW_BOOT_OFFERING = "cpu-96c-asia"
+
 # Fast enough for tests, slow enough to be realistic: hosts boot at once, heartbeat every 0.5s and
 # are lost after 3s of silence.
 TEST_FLAGS = (
@@ -27,6 +30,14 @@ TEST_FLAGS = (
     "4",
     "--workers",
     "4",
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "500ms",
+    "--sim-boot-time-for",
+    f"{SLOW_BOOT_OFFERING}=4s",
 )
 
 

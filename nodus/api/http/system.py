@@ -61,16 +61,21 @@ def reason_page(request: Request) -> Response:
             "NotFound", f'no reason code "{code}" is registered', fix="See /docs/reasons for every code."
         ) from None
     body = (
-        f"<h1>{escape(entry.code)}</h1><p><strong>HTTP {entry.http_status}.</strong> {escape(entry.summary)}</p>"
+        f"<h1>{escape(entry.code)}</h1><p><strong>{_kind(entry.http_status)}.</strong> {escape(entry.summary)}</p>"
         f"<h2>What happened</h2><p>{escape(entry.explanation)}</p><h2>How to fix it</h2><p>{escape(entry.fix)}</p>"
         '<p><a href="/docs/reasons">All reason codes</a></p>'
     )
     return HTMLResponse(_PAGE.format(title=f"{entry.code} - Nodus", body=body))
 
 
+def _kind(http_status: int) -> str:
+    """How a code reaches the user: an HTTP error, or a ``status.reason`` a controller writes."""
+    return f"HTTP {http_status}" if http_status else "status.reason"
+
+
 def reasons_index(_: Request) -> Response:
     items = "".join(
-        f'<li><a href="/docs/reasons/{escape(r.code)}">{escape(r.code)}</a> (HTTP {r.http_status}): '
+        f'<li><a href="/docs/reasons/{escape(r.code)}">{escape(r.code)}</a> ({_kind(r.http_status)}): '
         f"{escape(r.summary)}</li>"
         for r in reasons.all_reasons()
     )

@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ class Running:
     cluster: clusters.Cluster
     controllers: controllers.ControllerProcess
     directory: Path
+    # Standby controller processes some tests start; stopped with the cluster.
+    others: list[controllers.ControllerProcess] = field(default_factory=list)
 
     def client(self, user: str = "admin") -> httpx.Client:
         return self.cluster.client(user)
@@ -90,10 +92,12 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
     directory = tmp_path_factory.mktemp("running")
     cluster = clusters.start(directory, url, extra_args=("--watch-bookmark-interval", "1s"), migrate=False)
     leader = controllers.start(cluster, directory, "first")
+    running = Running(cluster, leader, directory)
     try:
         controllers.wait_for_leader(cluster, "first")
-        yield Running(cluster, leader, directory)
+        yield running
     finally:
-        leader.stop()
+        for process in {id(p): p for p in (leader, running.controllers, *running.others)}.values():
+            process.stop()
         cluster.stop()
         asyncio.run(database.drop_database(url))

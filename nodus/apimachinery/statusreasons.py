@@ -96,8 +96,9 @@ _add(
     "NotYetSupported",
     "The Job uses a field this Nodus release does not run yet.",
     "Remove the fields named in the message, or wait for the release that runs them.",
-    "Fields of the data plane (inputs, secrets, volumes, source, init command, sidecars, connections) are "
-    "accepted by the API but are not materialised by the node agent yet, so a Job using them would run wrongly.",
+    "Fields of the data plane (inputs, secrets, volumes, source, init command, sidecars, connections), gangs "
+    "(distributed) and pools are accepted by the API but not run yet, so a Job using them would run wrongly; it "
+    "fails at admission instead, before anything starts.",
 )
 _add(
     "Error",

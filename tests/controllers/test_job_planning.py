@@ -238,3 +238,22 @@ def test_every_status_reason_has_a_served_docs_page() -> None:
 
     for entry in statusreasons.all_status_reasons():
         assert reasons.reason(entry.code).fix == entry.fix
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        pytest.param({"distributed": {"nodes": 2}}, "distributed", id="gang"),
+        pytest.param({"placement": {"pool": "mine", "queueTimeout": "24h"}}, "placement.pool", id="pool"),
+        pytest.param(
+            {"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+            "env[0]",
+            id="secret-env",
+        ),
+    ],
+)
+def test_what_is_not_run_yet_fails_at_admission(spec: dict[str, Any], named: str) -> None:
+    decided = planning.plan(make_job("Pending", **spec), [], NOW)
+    assert decided.status["reason"] == "NotYetSupported"
+    assert named in decided.status["message"]
+    assert decided.create == []

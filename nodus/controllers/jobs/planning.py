@@ -75,7 +75,7 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
         return result
 
     if status.get("phase", "Pending") == "Pending":
-        unsupported = [name for name in _NOT_YET if spec.get(name)] + _secret_env(spec)
+        unsupported = [name for name in _NOT_YET if spec.get(name)] + _secret_env(spec) + _not_yet_placed(spec)
         if unsupported:
             return _finish(result, slots, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
         _admit(status, spec, meta, now)
@@ -349,6 +349,12 @@ def _ttl(result: Plan, spec: Object, status: Object, now: datetime) -> None:
         result.delete_job = True
     else:
         result.wake_at(now, deadline)
+
+
+def _not_yet_placed(spec: Object) -> list[str]:
+    """Gangs (``distributed``) and bring-your-own-cloud pools are placed by later releases."""
+    out = ["distributed"] if spec.get("distributed") else []
+    return [*out, "placement.pool"] if (spec.get("placement") or {}).get("pool") else out
 
 
 def _secret_env(spec: Object) -> list[str]:

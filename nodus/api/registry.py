@@ -71,6 +71,8 @@ class KindInfo:
     user_writable: bool = True
     # Names are RFC 1123 labels (at most 63 characters) rather than subdomains.
     dns_label_names: bool = False
+    # A ``log`` subresource (plain text, like pods/log): Jobs and Attempts.
+    has_log: bool = False
     # Server-side apply: list fields that merge by key, given as dotted paths -> key fields.
     list_map_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
 

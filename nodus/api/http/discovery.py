@@ -97,6 +97,16 @@ def _resources(registry: Registry) -> list[dict[str, Any]]:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if info.has_log:
+            resources.append(
+                {
+                    "name": f"{info.plural}/log",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": ["get"],
+                }
+            )
     return resources
 
 
@@ -141,10 +151,15 @@ def _aggregated_group(registry: Registry) -> dict[str, Any]:
             resource["shortNames"] = list(info.short_names)
         if info.categories:
             resource["categories"] = list(info.categories)
+        subresources = []
         if info.has_status:
-            resource["subresources"] = [
-                {"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}
-            ]
+            subresources.append({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]})
+        if info.has_log:
+            subresources.append(
+                {"subresource": "log", "responseKind": {"group": "", "kind": "", "version": ""}, "verbs": ["get"]}
+            )
+        if subresources:
+            resource["subresources"] = subresources
         resources.append(resource)
     return {
         "metadata": {"name": GROUP, "creationTimestamp": None},

@@ -150,4 +150,5 @@ ATTEMPT = KindInfo(
     categories=("nodus",),
     selectable_fields=("status.phase",),
     user_writable=False,
+    has_log=True,
 )

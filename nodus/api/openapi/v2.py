@@ -353,7 +353,51 @@ def build_paths(registry: Registry) -> dict[str, Schema]:
         add(f"{collection}/{{name}}", _object_path(info, scope, ""), [_name(info), *scoped])
         if info.has_status:
             add(f"{collection}/{{name}}/status", _object_path(info, scope, "status"), [_name(info), *scoped])
+        if info.has_log:
+            add(f"{collection}/{{name}}/log", {"get": _log_get(info, scope)}, [_name(info), *scoped])
     return paths
+
+
+_LOG_PARAMETERS: tuple[tuple[str, str, str], ...] = (
+    ("follow", "boolean", "Stream new lines until the attempt ends."),
+    ("limitBytes", "integer", "Stop after this many bytes."),
+    ("sinceSeconds", "integer", "Only lines newer than this many seconds."),
+    ("sinceTime", "string", "Only lines at or after this RFC 3339 time (not with sinceSeconds)."),
+    ("stream", "string", "stdout, stderr or All (the default, interleaved in order)."),
+    ("tailLines", "integer", "Only the last N lines."),
+    ("timestamps", "boolean", "Prefix each line with its RFC 3339 time."),
+)
+_JOB_LOG_PARAMETERS: tuple[tuple[str, str, str], ...] = (
+    ("attempt", "integer", "The attempt number within the index (default: the latest)."),
+    ("index", "integer", "The Job index (default 0)."),
+)
+
+
+def _log_get(info: KindInfo, scope: str) -> Schema:
+    """``GET .../{name}/log``: the attempt's stdout and stderr as plain text, like pods/log."""
+    extra = _JOB_LOG_PARAMETERS if info.kind == "Job" else ()
+    parameters = [
+        {"name": name, "in": "query", "type": kind, "uniqueItems": True, "description": description}
+        for name, kind, description in (*_LOG_PARAMETERS, *extra)
+    ]
+    return {
+        "operationId": f"read{GROUP_VERSION_ID}{scope}Log",
+        "description": f"read the log of the {info.kind}'s attempt (stdout and stderr)",
+        "tags": [TAG],
+        "consumes": ["*/*"],
+        "produces": ["text/plain"],
+        "parameters": _sorted(parameters),
+        "responses": {
+            "200": {"description": "OK", "schema": {"type": "string"}},
+            "401": {"description": "Unauthorized"},
+            "default": {
+                "description": "Error: the Status names the reason and what to do.",
+                "schema": ref(definitions.STATUS),
+            },
+        },
+        "x-kubernetes-action": "get",
+        "x-kubernetes-group-version-kind": group_version_kind(info.kind),
+    }
 
 
 def build_v2(registry: Registry) -> dict[str, Any]:

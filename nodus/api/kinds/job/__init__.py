@@ -31,6 +31,7 @@ JOB = KindInfo(
     short_names=("nj",),
     categories=("nodus",),
     selectable_fields=("status.phase",),
+    has_log=True,
     list_map_keys={
         "spec.env": ("name",),
         "spec.inputs": ("name",),

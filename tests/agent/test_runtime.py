@@ -37,6 +37,10 @@ def _bubblewrap_or_skip() -> runtime.Runtime:
         pytest.skip(f"bubblewrap cannot run on this machine: {error}")
 
 
+# The interpreter by its real path: a virtualenv under /tmp is not visible in the sandbox's private /tmp.
+REAL_PYTHON = os.path.realpath(sys.executable)
+
+
 @pytest.fixture(params=["bubblewrap", "unsandboxed"])
 def any_runtime(request: pytest.FixtureRequest) -> runtime.Runtime:
     if request.param == "bubblewrap":
@@ -315,7 +319,7 @@ async def test_stop_reaches_processes_that_left_the_session(sandbox: runtime.Run
         "while True: time.sleep(1)\n"
     )
     # The program ignores SIGTERM and waits for a child in a session of its own.
-    script = f"trap '' TERM; setsid -w {sys.executable} -c \"$CHILD\" & wait"
+    script = f"trap '' TERM; setsid -w {REAL_PYTHON} -c \"$CHILD\" & wait"
     process, lines = await started_and_ready(sandbox, shell(layout, script, env={"CHILD": child}))
 
     stopped = await process.stop(grace_seconds=LONG_GRACE)

@@ -58,6 +58,8 @@ class Hosts:
         if node is None:
             await self._provider.terminate(name, 0)
             return None
+        if (node.get("spec") or {}).get("provider") != self._provider.name:
+            return None  # a host someone else runs (an agent started by hand)
         node = await self._faults(node)
         status = node.get("status") or {}
         phase = status.get("phase")

@@ -146,8 +146,8 @@ class IdleHosts:
         if node is None:
             return None
         status = node.get("status") or {}
-        if status.get("phase") != "Ready":
-            return None
+        if status.get("phase") != "Ready" or (node.get("spec") or {}).get("provider") == "manual":
+            return None  # hosts started by hand are released by whoever started them
         busy = self._attempts.by_index(NODE_INDEX, name)
         now = units.now()
         if busy:

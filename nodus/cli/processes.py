@@ -66,6 +66,13 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     )
     parser.add_argument("--sim-capacity", type=int, default=4, help="hosts per offering in the simulated cloud")
     parser.add_argument(
+        "--sim-capacity-for",
+        action="append",
+        default=[],
+        metavar="OFFERING=HOSTS",
+        help="the capacity of one offering (repeatable); 0 makes it unavailable",
+    )
+    parser.add_argument(
         "--sim-boot-time-for",
         action="append",
         default=[],
@@ -100,6 +107,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             runtime=args.sim_runtime,
             heartbeat_interval=args.sim_heartbeat_interval,
             boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
+            capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
         )
     settings = ControllerSettings(
         kubeconfig=kubeconfig,
@@ -121,6 +129,13 @@ def _pair(text: str) -> tuple[str, timedelta]:
     if not offering or not value:
         raise SystemExit(f"--sim-boot-time-for wants OFFERING=DURATION, not {text!r}")
     return offering, duration(value)
+
+
+def _count(text: str) -> tuple[str, int]:
+    offering, _, value = text.partition("=")
+    if not offering or not value.isdigit():
+        raise SystemExit(f"--sim-capacity-for wants OFFERING=HOSTS, not {text!r}")
+    return offering, int(value)
 
 
 def controllers(args: argparse.Namespace) -> None:

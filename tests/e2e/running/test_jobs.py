@@ -256,3 +256,37 @@ def test_kubernetes_client_reads_a_finished_job(running: Running) -> None:
     assert got["status"]["phase"] == "Succeeded"
     attempts = api.list_namespaced_custom_object("nodus.dev", "v1", project, "attempts")
     assert [a["metadata"]["name"] for a in attempts["items"]] == ["viaclient-0-1"]
+
+
+def test_ttl_deletes_a_finished_job_and_its_attempts(running: Running) -> None:
+    project = running.project()
+    create(running, project, "shortlived", **shell("echo bye", ttlSecondsAfterFinished=1))
+    running.wait_phase(project, "shortlived", "Succeeded")
+    with running.client() as client:
+        running.wait_for(
+            "the job to be deleted",
+            lambda: client.get(f"{API}/namespaces/{project}/jobs/shortlived").status_code == 404,
+        )
+    running.wait_for("its attempts to be collected", lambda: running.attempts(project, "shortlived") == [])
+
+
+def test_a_restart_request_replaces_the_running_attempt(running: Running) -> None:
+    project = running.project()
+    script = 'if [ "$NODUS_ATTEMPT_NUMBER" = 1 ]; then exec sleep 120; fi; echo restarted'
+    create(running, project, "restartable", **shell(script))
+    running.wait_phase(project, "restartable", "Running")
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/jobs/restartable",
+            json={"metadata": {"annotations": {"nodus.dev/restart-requested-at": "2026-11-29T12:00:00Z"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+    done = running.wait_phase(project, "restartable", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["handledRequests"] == {"restart": "2026-11-29T12:00:00Z"}
+    phases = [
+        a["status"]["phase"]
+        for a in sorted(running.attempts(project, "restartable"), key=lambda a: a["spec"]["number"])
+    ]
+    assert phases == ["Stopped", "Succeeded"]

@@ -32,6 +32,7 @@ from starlette.responses import Response
 
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.http import streaming
 from nodus.api.http.authentication import authenticate
 from nodus.api.registry import GROUP, KindInfo
 from nodus.api.server import APIServer
@@ -320,36 +321,17 @@ class LogResponse(Response):
         self._reader = reader
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-cache, private"),
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"cache-control", b"no-cache, private"),
             (b"x-content-type-options", b"nosniff"),
-        ]})  # fmt: skip
-        body = asyncio.ensure_future(self._pump(send))
-        disconnect = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait({body, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            client_left = disconnect.done()
-            for task in (body, disconnect):
-                task.cancel()
-            for task in (body, disconnect):
-                with contextlib.suppress(asyncio.CancelledError):
-                    try:
-                        await task
-                    except Exception:
-                        log.exception("streaming the log of %s failed", self._reader.key)
-        if not client_left:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        ]
+        await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.key}")
 
     async def _pump(self, send: Any) -> None:
         async for data in self._reader.chunks():
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _serve(server: APIServer, info: KindInfo, attempt: dict[str, Any], options: LogOptions) -> Response:

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from nodus.api import tables
 from nodus.api.auth import authorization
 from nodus.api.errors import APIError, expired
+from nodus.api.http import streaming
 from nodus.api.http.lists import build_query, open_list, too_large
 from nodus.api.http.queries import ListOptions
 from nodus.api.negotiation import Representation
@@ -172,31 +173,11 @@ class WatchResponse(Response):
         self._watch = watch
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"cache-control", b"no-cache, private"),
-        ]})  # fmt: skip
         transport = scope.get("state", {}).get("transport")
-        body = asyncio.ensure_future(self._watch.run(send, transport))
-        disconnect = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait({body, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            client_left = disconnect.done()
-            for task in (body, disconnect):
-                task.cancel()
-            for task in (body, disconnect):
-                with contextlib.suppress(asyncio.CancelledError):
-                    try:
-                        await task
-                    except Exception:
-                        log.exception("watch %s failed", self._watch.request_id)
-        if not client_left:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-cache, private")]
+        await streaming.stream(
+            receive, send, headers, lambda: self._watch.run(send, transport), f"watch {self._watch.request_id}"
+        )
 
 
 @dataclass

@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import contextlib
 import csv
+import hashlib
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,11 @@ def dev(args: argparse.Namespace) -> None:
         server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)))
         listener = Listener(args.host, args.port, files.cert, files.key)
         controllers = processes.controller_settings(args, config, data_dir)
+        if not args.identity:
+            # One identity per data directory: a restarted `nodus dev` renews its own Lease at once
+            # instead of waiting for the previous run's (which may have been killed) to expire.
+            digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:8]
+            controllers.identity = f"nodus-dev-{socket.gethostname()}-{digest}"
         _run(_serve_announced(server, listener, server_url, config, controllers))
     finally:
         if embedded is not None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
@@ -106,7 +108,9 @@ class SchedulerLoop:
         offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
         taken = {node for node in self._assumed.values() if node}
         hosts = [
-            snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+            _with_release_margin(
+                snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+            )
             for node in self._nodes.items()
             if (name := node["metadata"]["name"])
         ]
@@ -158,3 +162,14 @@ class SchedulerLoop:
                 "attempts", {**attempt, "status": new}, attempt["metadata"]["namespace"], subresource="status"
             )
         return False
+
+
+# A warm host is not offered in the last moments of its warm window: the idle-host release acts at
+# the window's end on its own view, and a binding made just before might not have reached that view.
+RELEASE_MARGIN = timedelta(seconds=3)
+
+
+def _with_release_margin(host: snapshots.Host) -> snapshots.Host:
+    if host.warm_until is None:
+        return host
+    return dataclasses.replace(host, warm_until=host.warm_until - RELEASE_MARGIN)

@@ -257,3 +257,13 @@ def test_what_is_not_run_yet_fails_at_admission(spec: dict[str, Any], named: str
     assert decided.status["reason"] == "NotYetSupported"
     assert named in decided.status["message"]
     assert decided.create == []
+
+
+def test_a_job_that_has_run_stays_running_between_indexes() -> None:
+    job = make_job(completions=2)
+    job["status"]["startTime"] = units.format_time(NOW - timedelta(seconds=10))
+    decided = planning.plan(job, [make_attempt(0, 1, "Succeeded")], NOW)
+    assert names(decided.create) == ["train-1-1"]
+    assert decided.status["phase"] == "Running"
+    lost = planning.plan(job, [make_attempt(0, 1, "Lost")], NOW)
+    assert lost.status["phase"] == "Recovering"

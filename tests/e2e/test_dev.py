@@ -48,6 +48,46 @@ def _stop(process: subprocess.Popen[str]) -> int:
     return code
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "hello.yaml"
+
+
+def _phases_of_the_example(kubectl_binary: Path, config: Path) -> list[str]:
+    """Apply the README's example and watch it with kubectl until it ends: the phases it went through."""
+    watcher = subprocess.Popen(
+        [
+            str(kubectl_binary),
+            "--kubeconfig",
+            str(config),
+            "get",
+            "jobs",
+            "--field-selector",
+            "metadata.name=hello",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "jsonpath={.object.status.phase}{'\\n'}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        kubectl.run(kubectl_binary, config, "apply", "-f", str(EXAMPLE))
+        seen: list[str] = []
+        assert watcher.stdout is not None
+        for line in watcher.stdout:
+            phase = line.strip()
+            if phase and (not seen or seen[-1] != phase):
+                seen.append(phase)
+            if phase in ("Succeeded", "Failed", "Cancelled"):
+                break
+        return [p for p in seen if p != "Pending"]
+    finally:
+        watcher.kill()
+        watcher.wait()
+        if watcher.stdout is not None:
+            watcher.stdout.close()
+
+
 def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) -> None:
     process, announcement = _start(data_dir, port, url)
     try:
@@ -56,6 +96,7 @@ def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) 
         projects = kubectl.run(kubectl_binary, config, "get", "projects").stdout
         assert "default" in projects
         kubectl.run(kubectl_binary, config, "apply", "-f", "-", stdin=yaml.safe_dump(job("survivor")))
+        assert _phases_of_the_example(kubectl_binary, config) == ["Queued", "Provisioning", "Running", "Succeeded"]
     finally:
         assert _stop(process) == 0
     process, _ = _start(data_dir, port, url)

@@ -318,7 +318,9 @@ def attempt_for(job: Object, index: int, number: int) -> Object:
 def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bool) -> None:
     phases = {phase(a) for a in live}
     recovering = any(slot.recovering for slot in slots.by_index.values())
-    if "Running" in phases:
+    # Once the Job has run, the gap between one index ending and the next starting is still Running:
+    # "Provisioning" and "Queued" are for capacity not there yet, "Recovering" for capacity lost.
+    if "Running" in phases or (status.get("startTime") and not recovering and (live or creating)):
         status["phase"] = "Running"
         _reason(status, None, None)
     elif phases & BOUND:

@@ -209,11 +209,13 @@ def test_a_killed_node_is_replaced_on_another(running: Running) -> None:
     create(running, project, "survivor", **shell("echo attempt $NODUS_ATTEMPT_NUMBER; sleep 4; echo finished"))
     running.wait_phase(project, "survivor", "Running")
     node = running.attempts(project, "survivor")[0]["spec"]["node"]
-    subprocess.run(
+    killed = subprocess.run(
         [sys.executable, "-m", "nodus", "sim", "kill", node, "--kubeconfig", str(running.cluster.kubeconfig("admin"))],
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
     )
+    assert killed.returncode == 0, killed.stderr
     done = running.wait_phase(project, "survivor", "Succeeded", "Failed", timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     attempts = sorted(running.attempts(project, "survivor"), key=lambda a: a["spec"]["number"])

@@ -664,3 +664,40 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+# --- API clients (controllers, agents, in-process scheduler) ---------------------------------------
+
+
+def client_config(server: Server) -> Any:
+    """A ``nodus.client.ClientConfig`` for this server's administrator token (plain HTTP or HTTPS)."""
+    from nodus.client import ClientConfig
+
+    scheme = "https" if server.tls else "http"
+    ca_file = str(server.ca_file) if server.ca_file else None
+    return ClientConfig(server=f"{scheme}://{server.host}:{server.port}", token=server.token, ca_file=ca_file)
+
+
+def write_kubeconfig(server: Server, path: Path, namespace: str = PROJECT) -> Path:
+    """A kubeconfig for ``nodus controllers`` / ``nodus agent`` processes: the administrator token."""
+    scheme = "https" if server.tls else "http"
+    cluster: dict[str, Any] = {"server": f"{scheme}://{server.host}:{server.port}"}
+    if server.ca_file is not None:
+        cluster["certificate-authority"] = str(server.ca_file)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "bench", "cluster": cluster}],
+        "users": [{"name": "bench", "user": {"token": server.token}}],
+        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench", "namespace": namespace}}],
+        "current-context": "bench",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config))  # JSON is YAML
+    path.chmod(0o600)
+    return path
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """(min, max) of the rounds' values, for reporting a median with its spread."""
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))

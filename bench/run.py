@@ -1,6 +1,6 @@
 """Run the benchmarks, print a table and write ``bench/results/latest.json``.
 
-    python -m bench.run [--quick] [--only create|watch|list ...] [--profile DIR]
+    python -m bench.run [--quick] [--only create|watch|list|schedule|latency ...] [--profile DIR]
 
 ``--quick`` (under two minutes) runs fewer rounds and events; ``--profile DIR`` records each measured
 phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into DIR as collapsed
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common, create_throughput, list_large, watch_latency
+from bench import common, create_throughput, list_large, run_latency, schedule_throughput, watch_latency
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list")
+BENCHMARKS = ("create", "watch", "list", "schedule", "latency")
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -37,11 +37,15 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "create": {"rounds": 1, "count": 1000, "warmup": 100, "tls": False},
             "watch": {"rounds": 1, "events": 40, "interval": 0.1, "large_events": 20, "floor_events": 20, "skip": 3},
             "list": {"jobs": 10_000, "rounds": 5, "memory_rounds": 1},
+            "schedule": {"rounds": 1, "count": 1000},
+            "latency": {"warm": 20, "cold": 8, "batches": 2, "hops": 100, "runtime_starts": 10, "agent_starts": 2},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
         "watch": {"rounds": 3, "events": 120, "interval": 0.1, "large_events": 60, "large_interval": 0.25},
         "list": {"jobs": 10_000, "rounds": 11, "memory_rounds": 3},
+        "schedule": {"rounds": 5, "count": 1000},
+        "latency": {"warm": 100, "cold": 40, "batches": 4, "hops": 400, "runtime_starts": 20, "agent_starts": 8},
     }
 
 
@@ -67,6 +71,14 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["list"] = await list_large.run(workdir / "list", **params["list"])
         results["list"]["seconds"] = time.monotonic() - started
+    if "schedule" in only:
+        started = time.monotonic()
+        results["schedule"] = await schedule_throughput.run(workdir / "schedule", **params["schedule"])
+        results["schedule"]["seconds"] = time.monotonic() - started
+    if "latency" in only:
+        started = time.monotonic()
+        results["latency"] = await run_latency.run(workdir / "latency", **params["latency"])
+        results["latency"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -154,6 +166,53 @@ def table(results: dict[str, Any]) -> str:
                     _verdict(li["memory_growth_8_vs_1"] <= 2.0),
                 )
             )
+    if "schedule" in results:
+        s = results["schedule"]
+        rows.append(
+            (
+                f"schedule: {s['count']} Attempts, {s['offerings']} offerings, bound/s",
+                f"{s['sched']['throughput']:.0f}/s ({s['sched']['spread'][0]:.0f}-{s['sched']['spread'][1]:.0f})",
+                f"{s['patch']['throughput']:.0f}/s PATCH",
+                f"{s['ratio']:.2f}",
+                f">= {s['target_ratio']:.2f}, >= {s['target_rate']:.0f}/s",
+                _verdict(s["met"]),
+            )
+        )
+        rows.append(
+            (
+                "  context: PUT (scheduler's write), lean PATCH",
+                f"{s['put']['throughput']:.0f}/s, {s['lean']['throughput']:.0f}/s",
+                "",
+                f"{s['ratio_vs_put']:.2f} vs PUT",
+                "",
+                "",
+            )
+        )
+    if "latency" in results:
+        la = results["latency"]
+        for kind in ("warm", "cold"):
+            entry = la[kind]
+            rows.append(
+                (
+                    f"create->Running ms, {kind} host",
+                    f"p50 {entry['p50_ms']:.0f}, p99 {entry['p99_ms']:.0f}",
+                    f"floor {entry['floor_ms']:.0f}",
+                    f"{entry['p50_ratio']:.2f} / {entry['p99_ratio']:.2f}",
+                    f"<= {entry['target']:.1f}x",
+                    _verdict(entry["met"]),
+                )
+            )
+        rows.append(
+            (
+                "  floor parts: hop p50, runtime start, agent start",
+                f"{la['hop']['p50_ms']:.1f} x {la['hops_in_chain']}, {la['runtime_start']['p50_ms']:.0f}, "
+                f"{la['agent_start']['p50_ms']:.0f} ms",
+                "",
+                "",
+                "",
+                "",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -2,10 +2,10 @@
 
     python -m bench.run [--quick] [--only create|watch|list|schedule|latency ...] [--profile DIR]
 
-``--quick`` (under two minutes) runs fewer rounds and events; ``--profile DIR`` records each measured
-phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into DIR as collapsed
-stacks (``python -m bench.common DIR/*.txt`` summarises them); profiling slows the server, so its
-numbers are not the benchmark's. See ``docs/benchmarks.md``.
+``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
+records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
+DIR as collapsed stacks (``python -m bench.common DIR/*.txt`` summarises them); profiling slows the
+server, so its numbers are not the benchmark's. See ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -213,6 +213,17 @@ def table(results: dict[str, Any]) -> str:
                 "",
             )
         )
+        if "hop_with_one_more_write" in la:
+            rows.append(
+                (
+                    "  context: hop with one more write beside it",
+                    f"p50 {la['hop_with_one_more_write']['p50_ms']:.1f} ms",
+                    "",
+                    "",
+                    "",
+                    "",
+                )
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -221,7 +232,7 @@ def table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and events (under two minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, events and Jobs (about four minutes)")
     parser.add_argument("--only", action="append", choices=BENCHMARKS, help="run only this benchmark (repeatable)")
     parser.add_argument("--profile", type=Path, help="record the server with py-spy into this directory")
     parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")

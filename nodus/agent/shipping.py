@@ -66,7 +66,8 @@ class LogShipper:
                 return
             if not self._buffer or (len(self._buffer) < BATCH and not self._closing):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._interval)
+                    async with asyncio.timeout(self._interval):
+                        await self._wake.wait()
                 self._wake.clear()
             if not self._buffer:
                 continue

@@ -35,7 +35,9 @@ PatchFunction = Callable[[Object], Object]
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 _GENERATE_NAME_TRIES = 8
-_PATCH_RETRIES = 16
+# A patch without a precondition is re-applied to the newest object until it lands (kube-apiserver's
+# GuaranteedUpdate loops likewise); the bound only stops a pathological storm, with a clear 409.
+_PATCH_RETRIES = 128
 
 
 class GenericStore:
@@ -254,13 +256,18 @@ class GenericStore:
         write lands in between; a resourceVersion the patch itself sets is a precondition."""
         for _ in range(_PATCH_RETRIES):
             old = await self.get(namespace, name)
-            patched = patch(copy.deepcopy(old))
+            # The patch is applied without the current resourceVersion, so that one it sets itself
+            # (a precondition) can be told from the one it merely carried over.
+            base = copy.deepcopy(old)
+            del base["metadata"]["resourceVersion"]
+            patched = patch(base)
             new = self._check_type(patched, namespace)
             if new["metadata"].get("name") != name:
                 raise errors.bad_request("a patch may not change metadata.name")
             wanted_rv = new["metadata"].get("resourceVersion")
             if wanted_rv and str(wanted_rv) != old["metadata"]["resourceVersion"]:
                 raise self._conflict(name)
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             new = self._prepare_update(new, old, subresource)
             self._check_finalizers(new, old)
             self._validate(new, old, subresource)

@@ -39,7 +39,7 @@ class SchedulerLoop:
         nodes: Informer,
         offerings: Informer,
         *,
-        concurrency: int = 32,
+        concurrency: int = 8,
         tick: float = 5.0,
     ) -> None:
         self._client = client
@@ -60,7 +60,8 @@ class SchedulerLoop:
     async def run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._tick)
+                async with asyncio.timeout(self._tick):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.run_once()
@@ -70,12 +71,14 @@ class SchedulerLoop:
                 self._wake.set()
 
     async def run_once(self) -> int:
-        """One cycle; returns how many attempts it bound."""
-        snapshot = self.snapshot()
-        if not snapshot.work:
+        """One cycle; returns how many attempts it bound. Nothing pending, no cycle (most wake-ups are
+        heartbeats and the scheduler's own writes)."""
+        pending = self._pending()
+        if not pending:
             return 0
+        snapshot = self.snapshot(pending)
         result = cycles.run_cycle(snapshot)
-        by_key = {(a["metadata"]["namespace"], a["metadata"]["name"]): a for a in self._pending()}
+        by_key = {(a["metadata"]["namespace"], a["metadata"]["name"]): a for a in pending}
         writes = [self._bind(by_key[(b.work.namespace, b.work.name)], b) for b in result.bindings]
         writes += [
             self._unschedulable(by_key[(u.work.namespace, u.work.name)], u.message) for u in result.unschedulable
@@ -100,10 +103,10 @@ class SchedulerLoop:
         out.sort(key=lambda a: (a["metadata"].get("creationTimestamp") or "", a["metadata"]["name"]))
         return out
 
-    def snapshot(self) -> snapshots.Snapshot:
+    def snapshot(self, pending: list[Object] | None = None) -> snapshots.Snapshot:
         self.cycle += 1
         now = units.now()
-        pending = self._pending()
+        pending = self._pending() if pending is None else pending
         work = [snapshots.Work.from_object(a) for a in pending]
         offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
         taken = {node for node in self._assumed.values() if node}

@@ -158,7 +158,8 @@ class WatchCache:
     async def _pump(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+                async with asyncio.timeout(self._poll_interval):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 if self._listener is None or self._listener.is_closed():

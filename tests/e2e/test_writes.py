@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -67,3 +69,22 @@ def test_status_on_the_main_path_is_ignored_and_spec_on_status_path_too(admin: h
     )
     assert bad_status.status_code == 422
     assert bad_status.json()["details"]["causes"][0]["field"] == "status.phase"
+
+
+async def test_concurrent_merge_patches_without_a_resource_version_all_land(
+    admin: httpx.Client, admin_async: httpx.AsyncClient, project: str
+) -> None:
+    assert admin.post(jobs_path(project), json=job("contended")).status_code == 201
+    merge = {"Content-Type": "application/merge-patch+json"}
+
+    async def annotate(i: int) -> int:
+        body = {"metadata": {"annotations": {f"example.com/writer-{i}": "yes"}}}
+        response = await admin_async.patch(jobs_path(project, "contended"), json=body, headers=merge)
+        return response.status_code
+
+    codes = await asyncio.gather(*(annotate(i) for i in range(24)))
+    assert codes == [200] * 24, "a patch without a resourceVersion is re-applied on a conflict, never refused"
+    annotations = admin.get(jobs_path(project, "contended")).json()["metadata"]["annotations"]
+    assert {f"example.com/writer-{i}" for i in range(24)} <= set(annotations)
+    stale = {"metadata": {"resourceVersion": "1", "annotations": {"x": "y"}}}
+    assert admin.patch(jobs_path(project, "contended"), json=stale, headers=merge).status_code == 409

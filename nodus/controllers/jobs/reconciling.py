@@ -37,6 +37,7 @@ class JobReconciler:
         self._client = client
         self._jobs = jobs
         self._attempts = attempts
+        self._written: dict[tuple[str | None, str], int] = {}  # key -> resourceVersion of our last write
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
@@ -44,7 +45,13 @@ class JobReconciler:
             return None
         job = self._jobs.get(namespace, name)
         if job is None:
+            self._written.pop(key, None)
             return None
+        written = self._written.get(key)
+        if written is not None and int(job["metadata"]["resourceVersion"]) < written:
+            # The cache has not caught up with our own last write: acting on it would be refused as
+            # stale (409). The watch event of that write brings this key back.
+            return Result(requeue_after=1.0)
         attempts = self._attempts.by_index(JOB_UID_INDEX, job["metadata"]["uid"])
         decided = planning.plan(job, attempts, units.now())
         for body in decided.create:
@@ -59,6 +66,8 @@ class JobReconciler:
             )
         if decided.add_finalizer or decided.remove_finalizer:
             current = await self._set_finalizer(current, add=decided.add_finalizer)
+        if current is not job:
+            self._written[key] = int(current["metadata"]["resourceVersion"])
         if decided.delete_job:
             log.info("deleting job %s/%s: ttlSecondsAfterFinished passed", namespace, name)
             with contextlib.suppress(errors.NotFound):

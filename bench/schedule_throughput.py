@@ -43,7 +43,8 @@ import yaml
 from bench import common
 
 OFFERINGS = 200
-CONCURRENCY = 32
+# The scheduler's own writes in flight (SchedulerLoop's default); every side uses the same.
+CONCURRENCY = 8
 TARGET_RATIO = 0.50
 TARGET_RATE = 100.0
 SIDES = ("sched", "patch", "put", "lean")
@@ -235,10 +236,10 @@ async def _schedule_round(server: common.Server, namespace: str, count: int) -> 
     class TimedLoop(SchedulerLoop):
         snapshot_seconds = 0.0
 
-        def snapshot(self) -> Any:
+        def snapshot(self, pending: list[Any] | None = None) -> Any:
             started = time.perf_counter()
             try:
-                return super().snapshot()
+                return super().snapshot(pending)
             finally:
                 self.snapshot_seconds += time.perf_counter() - started
 

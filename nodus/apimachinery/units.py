@@ -118,6 +118,11 @@ def format_micro_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def time_or_none(value: object) -> datetime | None:
+    """An optional RFC 3339 field of a status read as a time: None when it is absent or empty."""
+    return parse_time(value) if isinstance(value, str) and value else None
+
+
 def parse_time(text: str) -> datetime:
     """Parse an RFC 3339 time; a time without a zone is refused."""
     if not isinstance(text, str):

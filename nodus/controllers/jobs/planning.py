@@ -97,7 +97,7 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
         return _finish(result, slots, now, "Cancelled", "Cancelled", "The Job was cancelled.")
 
     _timeout_clock(status, spec, slots, now)
-    deadline = _parse(status.get("timeoutTime"))
+    deadline = units.time_or_none(status.get("timeoutTime"))
     if deadline is not None and state != "Suspended":
         if now >= deadline:
             message = f"The Job ran longer than spec.timeout {spec.get('timeout')}."
@@ -226,7 +226,7 @@ def _suspended_since(status: Object) -> datetime | None:
     condition = conditions.get(status, "Suspended")
     if condition is None or condition.get("status") != "True":
         return None
-    return _parse(condition.get("lastTransitionTime"))
+    return units.time_or_none(condition.get("lastTransitionTime"))
 
 
 def _queue_deadline(status: Object, spec: Object) -> datetime | None:
@@ -234,7 +234,7 @@ def _queue_deadline(status: Object, spec: Object) -> datetime | None:
         return None
     timeout = units.parse_duration((spec.get("placement") or {}).get("queueTimeout") or "24h")
     admitted = conditions.get(status, "Admitted")
-    since = _parse((admitted or {}).get("lastTransitionTime"))
+    since = units.time_or_none((admitted or {}).get("lastTransitionTime"))
     if not timeout or since is None:
         return None
     return since + timeout
@@ -343,7 +343,7 @@ def _unschedulable_message(live: list[Object]) -> str:
 
 def _ttl(result: Plan, spec: Object, status: Object, now: datetime) -> None:
     ttl = spec.get("ttlSecondsAfterFinished")
-    finished = _parse(status.get("completionTime"))
+    finished = units.time_or_none(status.get("completionTime"))
     if ttl is None or finished is None or result.stop:
         return
     deadline = finished + timedelta(seconds=int(ttl))
@@ -373,7 +373,3 @@ def _all(slots: Slots) -> list[Object]:
 
 def _created(attempt: Object) -> tuple[str, int]:
     return (str((attempt.get("metadata") or {}).get("creationTimestamp") or ""), int(attempt["spec"].get("number", 1)))
-
-
-def _parse(text: Any) -> datetime | None:
-    return units.parse_time(text) if isinstance(text, str) and text else None

@@ -78,7 +78,7 @@ class Hosts:
             await self._client.patch("nodes", name, patch)
             return None
         if phase == "Terminating":
-            deadline = _time((node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION))
+            deadline = units.time_or_none((node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION))
             if deadline is not None and now < deadline:
                 return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
             await self._provider.terminate(name, 0 if deadline is not None else 10)
@@ -98,10 +98,10 @@ class Hosts:
         name = node["metadata"]["name"]
         if self._live(name):
             return Result(requeue_after=1.0)
-        over = _time(node["metadata"].get("creationTimestamp"))
+        over = units.time_or_none(node["metadata"].get("creationTimestamp"))
         for condition in (node.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "Ready":
-                over = _time(condition.get("lastTransitionTime")) or over
+                over = units.time_or_none(condition.get("lastTransitionTime")) or over
         if (node.get("status") or {}).get("phase") == "Terminating" or over is None or now >= over + RETENTION:
             with contextlib.suppress(errors.NotFound):
                 await self._client.delete("nodes", name, uid=node["metadata"]["uid"])
@@ -154,7 +154,3 @@ class Hosts:
 def _pid(node: Object) -> int | None:
     text = (node["metadata"].get("annotations") or {}).get(PID_ANNOTATION) or ""
     return int(text) if text.isdigit() else None
-
-
-def _time(text: Any) -> Any:
-    return units.parse_time(text) if isinstance(text, str) and text else None

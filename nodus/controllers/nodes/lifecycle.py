@@ -52,7 +52,7 @@ class NodeLifecycle:
         status = node.get("status") or {}
         phase = status.get("phase")
         if phase == "Ready":
-            deadline = _time(status.get("heartbeatTime") or status.get("readyTime"))
+            deadline = units.time_or_none(status.get("heartbeatTime") or status.get("readyTime"))
             if deadline is not None:
                 deadline += self._grace
                 if now < deadline:
@@ -61,7 +61,7 @@ class NodeLifecycle:
             await self._mark(node, "Lost", "HeartbeatLapsed", message, now)
             return None
         if phase == "Booting":
-            started = _time(status.get("bootTime"))
+            started = units.time_or_none(status.get("bootTime"))
             if started is not None and now < started + self._boot_timeout:
                 return Result(requeue_after=(started + self._boot_timeout - now).total_seconds() + 0.05)
             message = f"The host did not register within {units.format_duration(self._boot_timeout)}."
@@ -102,7 +102,3 @@ async def lose(client: Client, attempt: Object, reason: str, message: str) -> No
         await client.update(
             "attempts", {**attempt, "status": status}, attempt["metadata"]["namespace"], subresource="status"
         )
-
-
-def _time(text: Any) -> datetime | None:
-    return units.parse_time(text) if isinstance(text, str) and text else None

@@ -22,7 +22,7 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.nodes.provisioning import NODE_INDEX
+from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since
 from nodus.controllers.runtime.informers import Informer
 from nodus.scheduler import cycle as cycles
 from nodus.scheduler import snapshot as snapshots
@@ -110,15 +110,20 @@ class SchedulerLoop:
         work = [snapshots.Work.from_object(a) for a in pending]
         offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
         taken = {node for node in self._assumed.values() if node}
-        hosts = [
-            _with_release_margin(
-                snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
-            )
-            for node in self._nodes.items()
-            if (name := node["metadata"]["name"])
-        ]
+        hosts = [self._host(node, taken) for node in self._nodes.items()]
         hosts += self._in_flight(now)
         return snapshots.Snapshot(cycle=self.cycle, now=now, work=work, offerings=offerings, hosts=hosts)
+
+    def _host(self, node: Object, taken: set[str]) -> snapshots.Host:
+        name = node["metadata"]["name"]
+        host = snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+        if host.busy or host.warm_until is None:
+            return host
+        if (node.get("status") or {}).get("idleSince") != idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name)):
+            # The warm window on the Node is from an earlier idle spell; the idle-host controller is about
+            # to write this one's, and cannot release the host before it has.
+            return dataclasses.replace(host, warm_until=None)
+        return dataclasses.replace(host, warm_until=host.warm_until - RELEASE_MARGIN)
 
     def _in_flight(self, now: Any) -> list[snapshots.Host]:
         """Placed attempts still waiting for a new Node: each holds one host of its offering."""
@@ -170,9 +175,3 @@ class SchedulerLoop:
 # A warm host is not offered in the last moments of its warm window: the idle-host release acts at
 # the window's end on its own view, and a binding made just before might not have reached that view.
 RELEASE_MARGIN = timedelta(seconds=3)
-
-
-def _with_release_margin(host: snapshots.Host) -> snapshots.Host:
-    if host.warm_until is None:
-        return host
-    return dataclasses.replace(host, warm_until=host.warm_until - RELEASE_MARGIN)

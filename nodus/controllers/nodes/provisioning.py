@@ -49,6 +49,18 @@ def ran_on(attempt: Object) -> list[str]:
     return [node] if isinstance(node, str) and node else []
 
 
+def idle_since(node: Object, ran: list[Object]) -> str:
+    """When a host became idle: its last attempt's end, else when it registered (or was created).
+
+    ``status.idleSince`` is written when a host goes idle and not cleared while it is busy (one write
+    fewer per reuse), so a value older than this is left over from an earlier idle spell.
+    """
+    ended = [str(t) for a in ran if (t := (a.get("status") or {}).get("finishTime"))]
+    status = node.get("status") or {}
+    start = str(status.get("readyTime") or node["metadata"].get("creationTimestamp") or "")
+    return max([start, *ended])
+
+
 def node_for(offering: Object, provider: str, now: str) -> Object:
     name = f"{offering['metadata']['name']}-{secrets.token_hex(3)}"
     spec = offering.get("spec") or {}
@@ -148,25 +160,22 @@ class IdleHosts:
         status = node.get("status") or {}
         if status.get("phase") != "Ready" or (node.get("spec") or {}).get("provider") == "manual":
             return None  # hosts started by hand are released by whoever started them
-        busy = self._attempts.by_index(NODE_INDEX, name)
+        if self._attempts.by_index(NODE_INDEX, name):
+            return None  # in use; its idle window is written afresh when it next goes idle
         now = units.now()
-        if busy:
-            if status.get("idleSince"):
-                await self._status(node, {"idleSince": None, "warmUntil": None})
-            return None
-        if not status.get("idleSince"):
+        since = idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name))
+        if status.get("idleSince") != since:
             window = max(self._window(name), REUSE_GRACE)
-            until = now + window
-            await self._status(node, {"idleSince": units.format_time(now), "warmUntil": units.format_time(until)})
-            return Result(requeue_after=window.total_seconds())
-        until = units.parse_time(status.get("warmUntil") or status["idleSince"])
+            until = units.parse_time(since) + window
+            await self._status(node, {"idleSince": since, "warmUntil": units.format_time(until)})
+            return Result(requeue_after=max((until - now).total_seconds(), 0.05))
+        until = units.parse_time(status.get("warmUntil") or since)
         if now < until:
             return Result(requeue_after=max((until - now).total_seconds(), 0.05))
         patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"unschedulable": True}}
         node = await self._client.patch("nodes", name, patch)
-        await self._status(
-            node, {"phase": "Terminating", "reason": "ScaledDown", "message": "Idle past its warm window."}
-        )
+        message = "Idle past its warm window."
+        await self._status(node, {"phase": "Terminating", "reason": "ScaledDown", "message": message})
         return None
 
     def _window(self, name: str) -> timedelta:

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
-from nodus.storage import database
-from nodus.storage.objects import Storage
 from tests.conftest import make_project
 from tests.support import cluster as clusters
+from tests.support import databases
 from tests.support.objects import job, jobs_path
 from tests.support.watching import events
 
@@ -26,20 +24,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def private_cluster(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[clusters.Cluster]:
-    url = asyncio.run(database.create_database(database_server))
-    running = clusters.start(tmp_path_factory.mktemp("retention"), url)
-    yield running
-    running.stop()
-    asyncio.run(database.drop_database(url))
-
-
-async def _compact_everything(url: str) -> int:
-    storage = Storage(url, pool_size=2, retention=timedelta(0), compaction_interval=3600)
-    await storage.start()
-    try:
-        return await storage.compact()
-    finally:
-        await storage.stop()
+    with clusters.on_own_database(database_server, tmp_path_factory.mktemp("retention")) as running:
+        yield running
 
 
 async def test_old_watch_and_continue_token_get_410(private_cluster: clusters.Cluster, tmp_path: Path) -> None:
@@ -51,7 +37,7 @@ async def test_old_watch_and_continue_token_get_410(private_cluster: clusters.Cl
         token = first_page["metadata"]["continue"]
         old_rv = first_page["metadata"]["resourceVersion"]
         admin.post(jobs_path(project), json=job("later")).raise_for_status()
-        await _compact_everything(private_cluster.database_url)
+        await databases.compact_watch_log(private_cluster.database_url)
 
         expired = admin.get(jobs_path(project), params={"limit": 2, "continue": token})
         assert expired.status_code == 410

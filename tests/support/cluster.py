@@ -7,6 +7,8 @@ kubernetes client.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import secrets
 import socket
@@ -14,12 +16,14 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from nodus.cli import certificates, kubeconfig
+from nodus.storage import database
 
 USERS = ("admin", "alice", "bob", "carol", "dave")
 
@@ -133,3 +137,18 @@ def start(directory: Path, database_url: str, extra_args: tuple[str, ...] = (), 
         time.sleep(0.1)
     cluster.stop()
     raise RuntimeError(f"nodus apiserver did not become ready:\n{cluster.logs()}")
+
+
+@contextlib.contextmanager
+def on_own_database(database_server: str, directory: Path, extra_args: tuple[str, ...] = ()) -> Iterator[Cluster]:
+    """A cluster on a fresh database of its own (dropped afterwards): for tests that compact the watch log,
+    run controllers or otherwise must not share the session's cluster."""
+    url = asyncio.run(database.create_database(database_server))
+    try:
+        running = start(directory, url, extra_args=extra_args)
+        try:
+            yield running
+        finally:
+            running.stop()
+    finally:
+        asyncio.run(database.drop_database(url))

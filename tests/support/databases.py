@@ -31,3 +31,18 @@ def stop() -> None:
     if _embedded is not None:
         _embedded.stop()
         _embedded = None
+
+
+async def compact_watch_log(url: str) -> int:
+    """Drop every event from the watch log of the database at ``url`` (a zero retention window), so that
+    any older resourceVersion or continue token is answered 410 Expired; returns how many went."""
+    from datetime import timedelta
+
+    from nodus.storage.objects import Storage
+
+    storage = Storage(url, pool_size=2, retention=timedelta(0), compaction_interval=3600)
+    await storage.start()
+    try:
+        return await storage.compact()
+    finally:
+        await storage.stop()

@@ -3,6 +3,7 @@
 The sandbox (``bwrap``, Debian package ``bubblewrap``)::
 
     --unshare-pid --unshare-ipc     own PID namespace (the program is pid 3 and sees no host process)
+    --unshare-net                   egress Deny and AllowList only: a network of its own, loopback only
     --die-with-parent               the sandbox dies with the agent, never orphaned
     --new-session                   setsid: no terminal to inject keystrokes into
     --cap-drop ALL                  when the agent is root, so is the program, but without capabilities
@@ -13,24 +14,55 @@ The sandbox (``bwrap``, Debian package ``bubblewrap``)::
     --proc /proc --dev /dev --tmpfs /tmp    private
     --tmpfs <layout root>           hides every attempt's directory (and secrets) from this one
     --ro-bind .../inputs /nodus/inputs, --bind outputs|state|secrets|scratch
-    --bind <workdir> <working_dir> --remount-ro / --chdir <working_dir>
+    --bind .../progress /nodus/progress       the progress protocol's file (nodus.agent.progress)
+    --tmpfs /nodus/run              sidecars or AllowList only: writable, holds ready/<sidecar> files
+    --ro-bind <attempt>/egress.sock /nodus/run/egress.sock    AllowList only: the agent's proxy
+    --bind <workdir> <working_dir>, --ro-bind|--bind <mount source> <mount target>
+                                    the working directory and RunSpec.mounts, parents before children
+    --remount-ro / --chdir <working_dir>
 
 The root is bwrap's own tmpfs with the host entries bound in, not one bind of the host ``/``,
-because ``/nodus`` and the working directory must be created in it before it is made read-only.
-The network is shared with the host for now (egress policy comes later).
+because ``/nodus``, the working directory and mount targets must be created in it before it is made
+read-only (so a mount at a new top-level path like ``/data`` works, one below the host's ``/usr``
+does not).
 
 bwrap reports a signal death as ``128 + n``, so it cannot say how the program ended. A tiny
 supervisor (the agent's own Python, ``-I -S``) runs as the sandbox's pid 2: it reads argv and the
 environment from a pipe (so secrets in the environment never appear in a host command line, and
-Python's start-up locale coercion never reaches the program), forks and execs the program as pid 3,
-and writes ``started`` then the raw wait status to a status pipe. The supervisor ignores SIGTERM and
-``stop()`` skips it and bwrap's init (pid 1), so the status always arrives unless the agent kills.
-When the program ends the supervisor exits, bwrap exits, and ``--die-with-parent`` takes the
-namespace (and whatever the program left running) down with it.
+Python's start-up locale coercion never reaches the program), starts the program and writes
+``started`` then its exit status to a status pipe. The supervisor ignores SIGTERM and ``stop()``
+skips it and bwrap's init (pid 1), so the status always arrives unless the agent kills. When the
+program ends the supervisor exits, bwrap exits, and ``--die-with-parent`` takes the namespace (and
+whatever the program left running) down with it.
+
+Egress AllowList: before starting anything the supervisor listens on ``127.0.0.1:3128`` inside the
+sandbox and forwards each connection byte for byte (a thread per direction) to the agent's
+:class:`~nodus.agent.egress.EgressProxy` through the bound unix socket; the program and the sidecars
+get ``HTTP_PROXY`` and friends pointing there. The proxy lives as long as the Process: started by
+``start()``, closed once the sandbox is gone.
+
+Sidecars (``RunSpec.sidecars``), native-sidecar style, in the same sandbox as the program:
+
+- Started in order before the program, each with stdout and stderr pipes of its own (created by the
+  agent, passed through bwrap), in a session of its own, with ``NODUS_READY_FILE`` set to
+  ``/nodus/run/ready/<name>``. The next one (and finally the program) starts once it is ready.
+- Ready means: its ready file exists, or, if it has not created one, it has been running for
+  2 seconds without exiting. So a sidecar that needs longer to be useful must create the file when
+  it is; ``startup_timeout`` bounds the wait (which the 2-second rule makes matter only below 2 s).
+- It fails the start (``StartFailed("sidecar <name> failed to start: <why>")``, with nothing left
+  running) when it cannot be executed, exits before it is ready, or is not ready in time.
+- A sidecar that ends while the program runs is reported on the status pipe and logged by the
+  agent; the program keeps running.
+- When the program ends, for any reason, the supervisor SIGTERMs every sidecar's process group,
+  waits up to 5 s, SIGKILLs them, and exits; so a sidecar never holds the attempt. The program's
+  status is written as soon as it is known, so an agent SIGKILL during that wait cannot turn a clean
+  exit into a kill; the Process ends (EOF on the status pipe) only once the sidecars are gone.
 
 ``stop()`` sends SIGTERM to every process whose parent chain leads to bwrap, found in /proc, so
-children that ``setsid`` or re-parent to the namespace's init are reached too; ``kill()`` SIGKILLs
-the namespace's init, after which the kernel kills every process in the namespace.
+children that ``setsid`` or re-parent to the namespace's init are reached too, except the sidecars
+(and their children): as in Kubernetes, they are stopped after the program, by the supervisor, so a
+program saving its state on SIGTERM still has them. ``kill()`` SIGKILLs the namespace's init, after
+which the kernel kills every process in the namespace, sidecars included.
 """
 
 from __future__ import annotations
@@ -39,6 +71,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -46,9 +79,12 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from nodus.agent import runtime
-from nodus.agent.layout import NODUS_DIRECTORIES, SANDBOX_NODUS_DIR
+from nodus.agent import egress, runtime
+from nodus.agent.layout import NODUS_DIRECTORIES, PROGRESS_FILE, SANDBOX_NODUS_DIR
+
+logger = logging.getLogger(__name__)
 
 _HOW_TO_FIX = (
     "install the Debian package bubblewrap (`make` runs .ci/install-system-packages) "
@@ -60,35 +96,151 @@ _PRIVATE_TOP_LEVEL = frozenset({"proc", "dev", "tmp", PurePosixPath(SANDBOX_NODU
 _SANDBOX_KEEPERS = frozenset({1, 2})
 # Passes over /proc when terminating, to reach children forked while the previous pass signalled.
 _TERMINATE_PASSES = 3
+# The sandbox's own writable run directory (sidecar ready files, the egress socket).
+SANDBOX_RUN_DIR = f"{SANDBOX_NODUS_DIR}/run"
+SANDBOX_READY_DIR = f"{SANDBOX_RUN_DIR}/ready"
+SANDBOX_EGRESS_SOCKET = f"{SANDBOX_RUN_DIR}/egress.sock"
+# Host side of the egress socket, in the attempt's directory (hidden from the sandbox with the layout root).
+EGRESS_SOCKET_NAME = "egress.sock"
 
-# Runs inside the sandbox as pid 2: argv[1] is the control fd (JSON argv and env), argv[2] the status fd.
+# Runs inside the sandbox as pid 2: argv[1] is the control fd (JSON spec), argv[2] the status fd.
+# Children are started with subprocess (fork and exec in C): the egress forwarder's threads make a
+# Python-level fork unsafe. Status lines: "sidecar <name> started <pid>|ready|failed <why>|exited <rc>",
+# then "started <pid>" and "exit <returncode>", or "failed <why>" when the program cannot be executed.
 _SUPERVISOR = """\
-import json, os, signal, sys
+import json, os, signal, socket, subprocess, sys, threading, time
 control, status = int(sys.argv[1]), int(sys.argv[2])
 with os.fdopen(control, "rb") as source:
     spec = json.loads(source.read())
 os.set_inheritable(status, False)
+def report(line):
+    os.write(status, line.encode("utf-8", "replace") + b"\\n")
+# A handler rather than SIG_IGN: exec resets handlers, so the children get the default actions back.
 for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(number, signal.SIG_IGN)
-ready, failed = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(ready)
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(number, signal.SIG_DFL)
+    signal.signal(number, lambda *_: None)
+
+def pump(source, sink):
     try:
-        os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
-    except (OSError, ValueError) as error:
-        os.write(failed, str(getattr(error, "strerror", None) or error).encode())
-    os._exit(127)
-os.close(failed)
-why = os.read(ready, 4096)
-if why:
-    os.waitpid(pid, 0)
-    os.write(status, b"failed " + why + b"\\n")
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+def forward(client):
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(spec["egress_socket"])
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    upload = threading.Thread(target=pump, args=(client, upstream), daemon=True)
+    upload.start()
+    pump(upstream, client)
+    try:
+        client.shutdown(socket.SHUT_RD)  # the proxy has finished: end the upload too
+    except OSError:
+        pass
+    upload.join()
+    client.close()
+    upstream.close()
+
+def serve(listener):
+    while True:
+        client, _ = listener.accept()
+        threading.Thread(target=forward, args=(client,), daemon=True).start()
+
+if spec["egress_socket"]:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", spec["proxy_port"]))
+    listener.listen(128)
+    threading.Thread(target=serve, args=(listener,), daemon=True).start()
+
+def described(returncode):
+    if returncode < 0:
+        return "was killed by signal %d" % -returncode
+    return "exited with code %d" % returncode
+
+sidecars = []
+def reap(proc, flags):
+    if proc.returncode is None:
+        pid, wait_status = os.waitpid(proc.pid, flags)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(wait_status)
+    return proc.returncode
+
+def stop_sidecars():
+    running = [proc for _, proc in sidecars if reap(proc, os.WNOHANG) is None]
+    for proc in running:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(reap(proc, os.WNOHANG) is None for proc in running):
+        time.sleep(0.02)
+    for proc in running:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            reap(proc, 0)
+
+def fail(line):
+    report(line)
+    stop_sidecars()
     sys.exit(0)
-os.write(status, b"started %d\\n" % pid)
-os.write(status, b"exit %d\\n" % os.waitpid(pid, 0)[1])
+
+def start(argv, env, **streams):
+    try:
+        return subprocess.Popen(argv, env=env, **streams), None
+    except (OSError, ValueError) as error:
+        return None, str(getattr(error, "strerror", None) or error)
+
+for sidecar in spec["sidecars"]:
+    name = sidecar["name"]
+    proc, why = start(sidecar["argv"], sidecar["env"], stdout=sidecar["stdout"], stderr=sidecar["stderr"],
+                      start_new_session=True)
+    os.close(sidecar["stdout"])
+    os.close(sidecar["stderr"])
+    if proc is None:
+        fail("sidecar %s failed cannot run %r: %s" % (name, sidecar["argv"][0], why))
+    sidecars.append((name, proc))
+    report("sidecar %s started %d" % (name, proc.pid))
+    began = time.monotonic()
+    while not os.path.exists(sidecar["env"]["NODUS_READY_FILE"]):
+        if reap(proc, os.WNOHANG) is not None:
+            fail("sidecar %s failed %s before it was ready" % (name, described(proc.returncode)))
+        waited = time.monotonic() - began
+        if waited >= sidecar["startup_timeout"]:
+            fail("sidecar %s failed was not ready within %g s" % (name, sidecar["startup_timeout"]))
+        if waited >= 2:
+            break
+        time.sleep(0.02)
+    report("sidecar %s ready" % name)
+
+main, why = start(spec["argv"], spec["env"])
+if main is None:
+    fail("failed " + why)
+report("started %d" % main.pid)
+while main.returncode is None:
+    pid, wait_status = os.waitpid(-1, 0)
+    for name, proc in [("", main), *sidecars]:
+        if proc.pid == pid:
+            proc.returncode = os.waitstatus_to_exitcode(wait_status)
+            if proc is not main:
+                report("sidecar %s ended %s" % (name, described(proc.returncode)))
+report("exit %d" % main.returncode)
+stop_sidecars()
 """
 
 
@@ -113,47 +265,88 @@ class BubblewrapRuntime:
 
     async def start(self, spec: runtime.RunSpec) -> runtime.Process:
         runtime.check_spec(spec)
+        proxy: egress.EgressProxy | None = None
+        if spec.egress.policy == "AllowList":
+            try:
+                proxy = await egress.EgressProxy.start(
+                    spec.layout.directory / EGRESS_SOCKET_NAME, spec.egress.allow, spec.egress.presets
+                )
+            except (OSError, ValueError) as error:
+                raise runtime.StartFailed(f"the egress proxy could not be started: {error}") from error
+        try:
+            return await self._start(spec, proxy)
+        except BaseException:
+            # From here on the Process owns the proxy; without one, nothing else will close it.
+            if proxy is not None:
+                proxy.close()
+            raise
+
+    async def _start(self, spec: runtime.RunSpec, proxy: egress.EgressProxy | None) -> BubblewrapProcess:
         control_read, control_write = os.pipe()
         status_read, status_write = os.pipe()
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        argv = sandbox_argv(self.bwrap, self.interpreter, spec, control_fd=control_read, status_fd=status_write)
+        # (read end, write end) of every output stream: the program's, then each sidecar's.
+        pipes = {"stdout": os.pipe(), "stderr": os.pipe()}
+        for sidecar in spec.sidecars:
+            for stream in ("stdout", "stderr"):
+                pipes[_sidecar_stream(sidecar.name, stream)] = os.pipe()
+        sidecar_writes = [write for name, (_, write) in pipes.items() if name.startswith("sidecar/")]
+        argv = sandbox_argv(
+            self.bwrap,
+            self.interpreter,
+            spec,
+            control_fd=control_read,
+            status_fd=status_write,
+            egress_socket=proxy.socket_path if proxy is not None else None,
+        )
+        control = _control_message(spec, {name: write for name, (_, write) in pipes.items()})
+        unopened = [status_read, *(read for read, _ in pipes.values())]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=subprocess.DEVNULL,
-                stdout=out_write,
-                stderr=err_write,
-                pass_fds=(control_read, status_write),
+                stdout=pipes["stdout"][1],
+                stderr=pipes["stderr"][1],
+                pass_fds=(control_read, status_write, *sidecar_writes),
                 env={},
                 # Out of the agent's process group: a Ctrl-C meant for the agent is the agent's to handle.
                 start_new_session=True,
             )
         except OSError as error:
-            for fd in (control_write, status_read, out_read, err_read):
+            for fd in (control_write, *unopened):
                 os.close(fd)
             raise runtime.RuntimeUnavailable(f"cannot run {self.bwrap}: {error.strerror}; {_HOW_TO_FIX}") from error
         finally:
-            for fd in (control_read, status_write, out_write, err_write):
+            for fd in (control_read, status_write, *(write for _, write in pipes.values())):
                 os.close(fd)
 
         transports: list[asyncio.BaseTransport] = []
         control_sent = False
         try:
-            status, transport = await runtime.open_pipe(status_read)
+            status, transport = await runtime.open_pipe(unopened.pop(0))
             transports.append(transport)
-            stdout, transport = await runtime.open_pipe(out_read)
-            transports.append(transport)
-            stderr, transport = await runtime.open_pipe(err_read)
-            transports.append(transport)
+            streams: dict[str, asyncio.StreamReader] = {}
+            for name in pipes:
+                streams[name], transport = await runtime.open_pipe(unopened.pop(0))
+                transports.append(transport)
             control_sent = True
-            await _send(control_write, json.dumps({"argv": spec.argv, "env": spec.env}).encode())
-            first = await status.readline()
-            if first.startswith(b"started "):
-                return BubblewrapProcess(proc, status, {"stdout": stdout, "stderr": stderr})
-            # The sandbox or the exec failed: everything is ending on its own; collect why.
-            said = (await stderr.read()).decode("utf-8", errors="replace").strip()
-            await stdout.read()
+            await _send(control_write, control)
+            sidecar_pids: set[int] = set()
+            failure = ""
+            while line := (await status.readline()).decode("utf-8", errors="replace").strip():
+                kind, _, rest = line.partition(" ")
+                if kind == "started":
+                    return BubblewrapProcess(
+                        proc, status, streams, proxy=proxy, sidecar_pids=sidecar_pids, name=spec.layout.directory.name
+                    )
+                if kind == "sidecar" and rest.split(" ", 2)[1] == "started":
+                    sidecar_pids.add(int(rest.split(" ", 2)[2]))
+                elif kind == "failed" or (kind == "sidecar" and rest.split(" ", 2)[1] == "failed"):
+                    failure = line
+                    break
+            # The sandbox, a sidecar or the exec failed: everything is ending on its own; collect why.
+            said = dict(
+                zip(streams, await asyncio.gather(*(stream.read() for stream in streams.values())), strict=True)
+            )
             await status.read()
             await proc.wait()
         except BaseException:
@@ -161,13 +354,21 @@ class BubblewrapRuntime:
             _kill_quietly(proc.pid)
             if not control_sent:
                 os.close(control_write)
+            for fd in unopened:
+                os.close(fd)
             for transport in transports:
                 transport.close()
             raise
-        if first.startswith(b"failed "):
-            why = first.removeprefix(b"failed ").decode("utf-8", errors="replace").strip()
-            raise runtime.StartFailed(f"cannot run {spec.argv[0]!r}: {why}")
-        raise runtime.StartFailed(f"the sandbox could not be set up: {said or f'bwrap exited {proc.returncode}'}")
+        if failure.startswith("sidecar "):
+            _, name, _, why = failure.split(" ", 3)
+            last = said[_sidecar_stream(name, "stderr")].decode("utf-8", errors="replace").strip().splitlines()
+            raise runtime.StartFailed(
+                f"sidecar {name} failed to start: {why}" + (f" (it said: {last[-1]})" if last else "")
+            )
+        if failure.startswith("failed "):
+            raise runtime.StartFailed(f"cannot run {spec.argv[0]!r}: {failure.removeprefix('failed ')}")
+        bwrap_said = said["stderr"].decode("utf-8", errors="replace").strip()
+        raise runtime.StartFailed(f"the sandbox could not be set up: {bwrap_said or f'bwrap exited {proc.returncode}'}")
 
 
 class BubblewrapProcess(runtime.HostProcess):
@@ -176,10 +377,18 @@ class BubblewrapProcess(runtime.HostProcess):
         proc: asyncio.subprocess.Process,
         status: asyncio.StreamReader,
         streams: Mapping[str, asyncio.StreamReader],
+        *,
+        proxy: egress.EgressProxy | None = None,
+        sidecar_pids: set[int] | None = None,
+        name: str = "",
     ) -> None:
         super().__init__(proc.pid, streams)
         self._proc = proc
         self._status = status
+        self._proxy = proxy
+        # Pids inside the sandbox: stop() leaves these (and their children) to the supervisor.
+        self._sidecar_pids = frozenset(sidecar_pids or ())
+        self._name = name
         self._watch()
 
     def _signal(self, number: int) -> None:
@@ -190,7 +399,11 @@ class BubblewrapProcess(runtime.HostProcess):
             return
         signalled: set[int] = set()
         for _ in range(_TERMINATE_PASSES):
-            found = {host for host, inner in _sandbox_processes(self.pid) if inner not in _SANDBOX_KEEPERS}
+            found = {
+                host
+                for host, inner in _sandbox_processes(self.pid, spared=self._sidecar_pids)
+                if inner not in _SANDBOX_KEEPERS
+            }
             if not found - signalled:
                 return
             for host in found - signalled:
@@ -198,11 +411,30 @@ class BubblewrapProcess(runtime.HostProcess):
             signalled |= found
 
     async def _until_ended(self) -> runtime.Exit:
-        # EOF on the status pipe comes once the whole sandbox is gone (bwrap's init holds it too).
-        report = await self._status.read()
-        bwrap_returncode = await self._proc.wait()
-        if report.startswith(b"exit "):
-            returncode = os.waitstatus_to_exitcode(int(report.split()[1]))
+        reported: int | None = None
+        try:
+            # EOF on the status pipe comes once the whole sandbox is gone (bwrap's init holds it too).
+            while line := (await self._status.readline()).decode("utf-8", errors="replace").strip():
+                kind, _, rest = line.partition(" ")
+                if kind == "exit":
+                    reported = int(rest)
+                elif kind == "sidecar":
+                    sidecar, _, event = rest.partition(" ")
+                    if event.startswith("ended "):
+                        logger.warning(
+                            "attempt %s: sidecar %s %s while the program runs",
+                            self._name,
+                            sidecar,
+                            event.removeprefix("ended "),
+                        )
+            bwrap_returncode = await self._proc.wait()
+        finally:
+            if self._proxy is not None:
+                self._proxy.close()
+        if self._proxy is not None:
+            await self._proxy.wait_closed()
+        if reported is not None:
+            returncode = reported
         elif self._agent_killed:
             returncode = -signal.SIGKILL
         else:
@@ -214,10 +446,21 @@ class BubblewrapProcess(runtime.HostProcess):
         )
 
 
-def sandbox_argv(bwrap: str, interpreter: str, spec: runtime.RunSpec, *, control_fd: int, status_fd: int) -> list[str]:
-    """The bwrap command line for ``spec`` (see the module docstring for each flag)."""
+def sandbox_argv(
+    bwrap: str,
+    interpreter: str,
+    spec: runtime.RunSpec,
+    *,
+    control_fd: int,
+    status_fd: int,
+    egress_socket: Path | None = None,
+) -> list[str]:
+    """The bwrap command line for ``spec`` (see the module docstring for each flag).
+
+    ``egress_socket`` is the host path of the AllowList proxy's socket, bound at SANDBOX_EGRESS_SOCKET.
+    """
     layout = spec.layout
-    argv = [bwrap, *_base_flags()]
+    argv = [bwrap, *_base_flags(shared_network=spec.egress.policy == "Open")]
     if not Path(layout.root).is_relative_to("/tmp"):  # under /tmp it is hidden already
         argv += ["--tmpfs", str(layout.root)]
     for path in spec.hidden:
@@ -226,13 +469,58 @@ def sandbox_argv(bwrap: str, interpreter: str, spec: runtime.RunSpec, *, control
     for name in NODUS_DIRECTORIES:
         bind = "--ro-bind" if name == "inputs" else "--bind"
         argv += [bind, str(layout.nodus_dir / name), f"{SANDBOX_NODUS_DIR}/{name}"]
-    argv += ["--bind", str(layout.workdir), spec.working_dir, "--remount-ro", "/", "--chdir", spec.working_dir]
-    return [*argv, "--", interpreter, "-I", "-S", "-c", _SUPERVISOR, str(control_fd), str(status_fd)]
+    if layout.progress.is_file():
+        # One writable file in the otherwise read-only /nodus: the progress protocol (nodus.agent.progress).
+        argv += ["--bind", str(layout.progress), PROGRESS_FILE]
+    if spec.sidecars or egress_socket is not None:
+        argv += ["--tmpfs", SANDBOX_RUN_DIR, "--dir", SANDBOX_READY_DIR]
+    if egress_socket is not None:
+        # Read-only is enough: connecting to a socket does not write to its file system.
+        argv += ["--ro-bind", str(egress_socket), SANDBOX_EGRESS_SOCKET]
+    binds = [("--bind", str(layout.workdir), spec.working_dir)]
+    binds += [("--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target) for mount in spec.mounts]
+    # Parents before children: a mount inside the working directory (or the reverse) must land on top.
+    for flag, source, target in sorted(binds, key=lambda bind: len(PurePosixPath(bind[2]).parts)):
+        argv += [flag, source, target]
+    argv += ["--remount-ro", "/", "--chdir", spec.working_dir]
+    # -W ignore: a warning from the supervisor would land in the program's stderr.
+    return [*argv, "--", interpreter, "-I", "-S", "-W", "ignore", "-c", _SUPERVISOR, str(control_fd), str(status_fd)]
 
 
-def _base_flags() -> list[str]:
+def _control_message(spec: runtime.RunSpec, fds: Mapping[str, int]) -> bytes:
+    """What the supervisor reads from the control pipe: commands, environments and sidecar pipes."""
+    allow_list = spec.egress.policy == "AllowList"
+    proxy_env = egress.PROXY_ENV if allow_list else {}
+    sidecars: list[dict[str, Any]] = [
+        {
+            "name": sidecar.name,
+            "argv": sidecar.argv,
+            "env": {**sidecar.env, **proxy_env, "NODUS_READY_FILE": f"{SANDBOX_READY_DIR}/{sidecar.name}"},
+            "stdout": fds[_sidecar_stream(sidecar.name, "stdout")],
+            "stderr": fds[_sidecar_stream(sidecar.name, "stderr")],
+            "startup_timeout": sidecar.startup_timeout,
+        }
+        for sidecar in spec.sidecars
+    ]
+    message = {
+        "argv": spec.argv,
+        "env": {**spec.env, **proxy_env},
+        "sidecars": sidecars,
+        "egress_socket": SANDBOX_EGRESS_SOCKET if allow_list else None,
+        "proxy_port": egress.PROXY_PORT,
+    }
+    return json.dumps(message).encode()
+
+
+def _sidecar_stream(name: str, stream: str) -> str:
+    return f"sidecar/{name}/{stream}"
+
+
+def _base_flags(*, shared_network: bool = True) -> list[str]:
     """Isolation, the read-only host root and the private /proc, /dev and /tmp: what every sandbox has."""
     flags = ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"]
+    if not shared_network:
+        flags.append("--unshare-net")
     # Unprivileged bwrap already runs the program without capabilities in a user namespace;
     # as root it keeps them all unless told otherwise.
     if os.geteuid() == 0:
@@ -270,8 +558,11 @@ def _probe() -> BubblewrapRuntime | str:
     return BubblewrapRuntime(bwrap, interpreter)
 
 
-def _sandbox_processes(bwrap_pid: int) -> Iterator[tuple[int, int]]:
-    """``(host pid, pid inside the sandbox)`` of every live descendant of bwrap, from /proc."""
+def _sandbox_processes(bwrap_pid: int, spared: frozenset[int] = frozenset()) -> Iterator[tuple[int, int]]:
+    """``(host pid, pid inside the sandbox)`` of every live descendant of bwrap, from /proc.
+
+    Leaves out the processes whose pid inside the sandbox is in ``spared``, and their descendants.
+    """
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -286,8 +577,10 @@ def _sandbox_processes(bwrap_pid: int) -> Iterator[tuple[int, int]]:
     pending = list(children.get(bwrap_pid, ()))
     while pending:
         pid = pending.pop()
-        pending += children.get(pid, ())
         inner = _inner_pid(pid)
+        if inner in spared:
+            continue
+        pending += children.get(pid, ())
         if inner is not None:
             yield pid, inner
 

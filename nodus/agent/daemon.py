@@ -50,6 +50,8 @@ class AgentSettings:
     shutdown_grace: float = 10.0
     # Host directories programs must not see: the agent's kubeconfig and the control plane's files.
     hidden: tuple[str, ...] = ()
+    # A PEM file of extra CA certificates for https inputs and git sources (beside the system's).
+    trust_ca: str | None = None
 
 
 class Agent:
@@ -88,7 +90,12 @@ class Agent:
         name, spec = self.settings.node_name, offering.get("spec") or {}
         gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
         self.host = HostFacts(
-            name, self.settings.offering, list(range(gpus)), self.settings.work_dir, self.settings.hidden
+            name,
+            self.settings.offering,
+            list(range(gpus)),
+            self.settings.work_dir,
+            self.settings.hidden,
+            trust_ca=self.settings.trust_ca,
         )
         try:
             node = await self.client.get("nodes", name)

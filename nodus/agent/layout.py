@@ -7,6 +7,7 @@ Every attempt gets ``<root>/<attempt name>/`` on the host::
     nodus/state/     -> /nodus/state
     nodus/secrets/   -> /nodus/secrets  (mode 0700 on the host)
     nodus/scratch/   -> /nodus/scratch
+    nodus/progress   -> /nodus/progress (a file the program appends progress lines to)
     workdir/         -> the attempt's working directory (``spec.workingDir``, e.g. /workspace)
 
 ``root`` holds every attempt of the node, so the sandbox hides it as a whole: one attempt must not
@@ -25,6 +26,8 @@ from pathlib import Path
 NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch")
 # Mount point of the layout's nodus/ directory inside the sandbox.
 SANDBOX_NODUS_DIR = "/nodus"
+# The progress protocol's file (nodus.agent.progress), bound on its own: /nodus itself is read-only.
+PROGRESS_FILE = f"{SANDBOX_NODUS_DIR}/progress"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class AttemptLayout:
         # Secrets are readable by the agent's user only; the sandboxed program runs as that user.
         layout.secrets.chmod(0o700)
         layout.workdir.mkdir(exist_ok=True)
+        layout.progress.touch(exist_ok=True)
         return layout
 
     @property
@@ -78,6 +82,11 @@ class AttemptLayout:
     @property
     def scratch(self) -> Path:
         return self.nodus_dir / "scratch"
+
+    @property
+    def progress(self) -> Path:
+        """Host path of ``/nodus/progress``."""
+        return self.nodus_dir / "progress"
 
     @property
     def workdir(self) -> Path:

@@ -15,21 +15,29 @@ Logs are flushed before the terminal report, so whoever sees the end can read ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import re
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from nodus.agent.layout import AttemptLayout
-from nodus.agent.runtime import Exit, Process, RunSpec, Runtime
+from nodus.agent import collecting, materializing, progress
+from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
+from nodus.agent.materializing import Prepared, PrepareFailed
+from nodus.agent.runtime import Egress, Exit, Process, RunSpec, Runtime, Sidecar
 from nodus.agent.shipping import LogShipper
 from nodus.apimachinery import units
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
+T = TypeVar("T")
 log = logging.getLogger("nodus.agent")
+
+INIT_CONTAINER = "init"
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_WORKING_DIR = "/workspace"
@@ -46,6 +54,7 @@ class HostFacts:
     gpu_indexes: list[int]
     work_dir: Path
     hidden: tuple[str, ...] = ()
+    trust_ca: str | None = None
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
@@ -71,6 +80,32 @@ def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
         CUDA_VISIBLE_DEVICES=devices,
     )
     return env
+
+
+def egress_of(spec: Object) -> Egress:
+    """The runtime's egress from the attempt's ``network.egress`` (Open when unset)."""
+    egress = (spec.get("network") or {}).get("egress") or {}
+    return Egress(
+        policy=egress.get("policy") or "Open",
+        allow=tuple(egress.get("allow") or ()),
+        presets=tuple(egress.get("presets") or ()),
+    )
+
+
+def sidecars_of(spec: Object, env: dict[str, str], secret_env: dict[str, dict[str, str]]) -> tuple[Sidecar, ...]:
+    """The attempt's sidecars, each with the program's environment plus its own ``env`` (literal values,
+    and ``secretKeyRef`` values the preparation decoded from the pinned Secrets, in ``secret_env``)."""
+    out: list[Sidecar] = []
+    for sidecar in spec.get("sidecars") or []:
+        own = dict(env)
+        for item in sidecar.get("env") or []:
+            if isinstance(item.get("value"), str):
+                own[str(item["name"])] = item["value"]
+        own.update(secret_env.get(str(sidecar["name"]), {}))
+        timeout = units.parse_duration(str(sidecar.get("startupTimeout") or "5m")).total_seconds()
+        argv = list(sidecar.get("command") or [])
+        out.append(Sidecar(name=str(sidecar["name"]), argv=argv, env=own, startup_timeout=timeout))
+    return tuple(out)
 
 
 def scrub(line: str, limit: int = 400) -> str:
@@ -139,44 +174,148 @@ class AttemptRun:
         layout = AttemptLayout.create(self.host.work_dir / "attempts", f"{self.namespace}.{self.name}")
         shipper = LogShipper(self.client, self.namespace, self.name)
         try:
-            if self.stop_reason is not None:
-                if self.lost_reason is not None:
-                    await self._report(
-                        phase="Lost", reason=self.lost_reason, message="The host went away.", finishTime=_now()
-                    )
-                else:
-                    await self._report(
-                        phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", finishTime=_now()
-                    )
-                return
-            run_spec = RunSpec(
-                argv=argv,
-                env=environment(self.attempt, self.host),
-                working_dir=spec.get("workingDir") or DEFAULT_WORKING_DIR,
-                layout=layout,
-                hidden=self.host.hidden,
-            )
-            try:
-                self.process = await self.runtime.start(run_spec)
-            except Exception as exc:
-                await self._report(
-                    phase="Failed", reason="Error", message=scrub(f"Could not start: {exc}"), finishTime=_now()
-                )
-                return
-            await self._report(phase="Running", startTime=_now())
-            pump = asyncio.create_task(self._pump(self.process, shipper))
-            stopper = asyncio.create_task(self._stop_when_asked(self.process))
-            ended = await self.process.wait()
-            stopper.cancel()
-            await pump
-            await shipper.close()
-            await self._report_end(ended)
+            await self._run_in(layout, shipper, argv)
         finally:
             await shipper.close()
             layout.remove()
 
+    async def _run_in(self, layout: AttemptLayout, shipper: LogShipper, argv: list[str]) -> None:
+        spec = self.attempt.get("spec") or {}
+        working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
+        prepared = await self._unless_stopped(
+            materializing.prepare(self.client, self.attempt, layout, working_dir, self.host.trust_ca)
+        )
+        if prepared is None:
+            return await self._report_stopped_early()
+        if isinstance(prepared, PrepareFailed):
+            await self._report(
+                phase="Failed", reason=prepared.reason, message=scrub(str(prepared), 2000), finishTime=_now()
+            )
+            return None
+        ready: Object = {"inputsReadyTime": _now()}
+        if prepared.inputs:
+            ready["inputs"] = prepared.inputs
+        if prepared.source:
+            ready["source"] = prepared.source
+        await self._report(**ready)
+        env = {**environment(self.attempt, self.host), **prepared.env, "NODUS_PROGRESS_FILE": PROGRESS_FILE}
+        base = RunSpec(
+            argv=argv,
+            env=env,
+            working_dir=working_dir,
+            layout=layout,
+            hidden=self.host.hidden,
+            mounts=tuple(prepared.mounts),
+            egress=egress_of(spec),
+        )
+        init = spec.get("initCommand")
+        if init and not await self._init(init, base, shipper):
+            return None
+        run_spec = dataclasses.replace(base, sidecars=sidecars_of(spec, env, prepared.sidecar_env))
+        try:
+            self.process = await self.runtime.start(run_spec)
+        except Exception as exc:
+            reason = "SidecarFailed" if str(exc).startswith("sidecar ") else "Error"
+            await self._report(
+                phase="Failed", reason=reason, message=scrub(f"Could not start: {exc}"), finishTime=_now()
+            )
+            return None
+        await self._report(phase="Running", startTime=_now())
+        watcher = progress.ProgressFileWatcher(layout.progress, self._report_progress)
+        watcher.start()
+        pump = asyncio.create_task(self._pump(self.process, shipper))
+        stopper = asyncio.create_task(self._stop_when_asked(self.process))
+        ended = await self.process.wait()
+        stopper.cancel()
+        await pump
+        await watcher.close()
+        await shipper.close()
+        await self._report_end(ended, layout, prepared)
+        return None
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> T | PrepareFailed | None:
+        """``work``'s result, its PrepareFailed, or None when a stop was asked for first (work is cancelled)."""
+        task: asyncio.Task[T] = asyncio.ensure_future(work)
+        stopped = asyncio.create_task(self._stop_requested.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return None
+        try:
+            return task.result()
+        except PrepareFailed as exc:
+            return exc
+
+    async def _report_stopped_early(self) -> None:
+        if self.lost_reason is not None:
+            await self._report(phase="Lost", reason=self.lost_reason, message="The host went away.", finishTime=_now())
+        else:
+            await self._report(
+                phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", finishTime=_now()
+            )
+
+    async def _init(self, init: Object, base: RunSpec, shipper: LogShipper) -> bool:
+        """Run ``spec.initCommand`` to its end; False (and the attempt reported) unless it exited 0."""
+        timeout = units.parse_duration(str(init.get("timeout") or "30m")).total_seconds()
+        tail: deque[str] = deque(maxlen=MESSAGE_LINES)
+        try:
+            process = await self.runtime.start(dataclasses.replace(base, argv=list(init["command"])))
+        except Exception as exc:
+            await self._report(
+                phase="Failed",
+                reason="InitFailed",
+                message=scrub(f"initCommand could not start: {exc}"),
+                finishTime=_now(),
+            )
+            return False
+        self.process = process
+
+        async def pump() -> None:
+            async for stream, line in process.lines():
+                shipper.add(stream, line, container=INIT_CONTAINER)
+                if line.strip():
+                    tail.append(scrub(line))
+
+        pumping = asyncio.create_task(pump())
+        stopper = asyncio.create_task(self._stop_when_asked(process))
+        try:
+            ended = await asyncio.wait_for(process.wait(), timeout)
+            timed_out = False
+        except TimeoutError:
+            ended, timed_out = await process.stop(10.0), True
+        stopper.cancel()
+        await pumping
+        self.process = None
+        if ended.succeeded and not timed_out:
+            return True
+        if ended.stopped and self.stop_reason is not None and not timed_out:
+            await self._report_stopped_early()
+            return False
+        how = f"initCommand timed out after {init.get('timeout') or '30m'}." if timed_out else f"initCommand {ended}."
+        lines = list(tail)
+        message = how + (" Last log lines:\n" + "\n".join(lines) if lines else "")
+        await self._report(
+            phase="Failed",
+            reason="InitFailed",
+            message=message,
+            exitCode=ended.code,
+            signal=ended.signal,
+            finishTime=_now(),
+        )
+        return False
+
+    async def _report_progress(self, snapshot: Object) -> None:
+        await self._report(**snapshot)
+
     async def _pump(self, process: Process, shipper: LogShipper) -> None:
         async for stream, line in process.lines():
+            if stream.startswith("sidecar/"):
+                _, container, sidecar_stream = stream.split("/", 2)
+                shipper.add(sidecar_stream, line, container=container)
+                continue
             shipper.add(stream, line)
             if line.strip():
                 self._tail.append(scrub(line))
@@ -185,8 +324,21 @@ class AttemptRun:
         await self._stop_requested.wait()
         await process.stop(self._stop_grace)
 
-    async def _report_end(self, ended: Exit) -> None:
+    async def _report_end(self, ended: Exit, layout: AttemptLayout, prepared: Prepared) -> None:
         base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}
+        if ended.code == 0 and not ended.stopped and self.lost_reason is None:
+            try:
+                collected = await collecting.collect(self.client, self.attempt, layout, prepared)
+            except PrepareFailed as exc:
+                await self._report(phase="Failed", reason=exc.reason, message=scrub(str(exc), 2000), **base)
+                return
+            extra: Object = {}
+            if collected.outputs:
+                extra["outputs"] = collected.outputs
+            if collected.volumes:
+                extra["volumes"] = collected.volumes
+            await self._report(phase="Succeeded", reason="Completed", message="Exit code 0.", **base, **extra)
+            return
         if self.lost_reason == "Preempted":
             message = "The host was reclaimed (interruptible capacity); the program was stopped before it went away."
             await self._report(phase="Lost", reason="Preempted", message=message, **base)
@@ -195,8 +347,6 @@ class AttemptRun:
             await self._report(phase="Lost", reason=self.lost_reason, message=message, **base)
         elif ended.stopped and self.stop_reason is not None:
             await self._report(phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", **base)
-        elif ended.code == 0:
-            await self._report(phase="Succeeded", reason="Completed", message="Exit code 0.", **base)
         elif ended.oom_killed:
             await self._report(
                 phase="Failed", reason="OOMKilled", message=self._failure("Killed: out of memory."), **base

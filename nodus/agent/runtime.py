@@ -16,6 +16,18 @@ The exit model is exact, because Attempt status reports it (``exitCode``, ``sign
   SIGKILL death the agent did not send is reported ``oom_killed=True``. A person running
   ``kill -9`` by hand is misreported as OOM; that is the price of not watching cgroups here.
 
+What the sandbox adds to the command (each refused by ``unsandboxed`` with a StartFailed, since a
+plain process could not honour it):
+
+- :class:`Mount`: a host file or directory bound at a sandbox path, read-only or read-write.
+- :class:`Egress`: ``Open`` shares the host's network; ``Deny`` gives the sandbox a network of its own
+  with only loopback; ``AllowList`` does the same plus an HTTP proxy the agent runs per attempt
+  (``nodus.agent.egress``) that lets through only the listed hosts, reached by the program through
+  ``HTTP_PROXY``/``HTTPS_PROXY`` at ``http://127.0.0.1:3128``.
+- :class:`Sidecar`: helper programs started, in order and each ready, before the program, in the same
+  sandbox (same network, same ``/nodus``), and ended after it; their output arrives on streams of
+  their own (see ``nodus.agent.bubblewrap`` for the readiness rule).
+
 Start failures are not exits: a command that cannot be executed, or a sandbox that cannot be set up
 for this attempt, raises :class:`StartFailed` (the attempt fails with that message); a runtime that
 cannot work on this host at all raises :class:`RuntimeUnavailable` from :func:`select_runtime`.
@@ -26,12 +38,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import PurePosixPath
-from typing import Protocol
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Literal, Protocol
 
+from nodus.agent import egress
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 
 # A line longer than this is delivered in pieces, so one endless line cannot exhaust the agent's memory.
@@ -53,6 +67,56 @@ class StartFailed(Exception):
     """
 
 
+# Sandbox paths that belong to the sandbox itself: no working directory or mount may land in them.
+_RESERVED_SANDBOX_PATHS = ("/proc", "/dev", SANDBOX_NODUS_DIR)
+# A sidecar's name becomes a file name (its ready file) and part of a stream name.
+_SIDECAR_NAME = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host file or directory made visible at ``target`` inside the sandbox.
+
+    The caller decides what may be mounted; the runtime only refuses targets the sandbox owns
+    (``/``, ``/proc``, ``/dev``, ``/nodus`` and below). A target below a host directory that the
+    sandbox shows read-only (``/usr/x``) cannot be created and fails the start.
+    """
+
+    source: Path
+    """Host path, absolute; it must exist when the attempt starts."""
+    target: str
+    """Absolute path inside the sandbox; missing parents are created."""
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Where the program may connect to: ``spec.network.egress`` of the Job.
+
+    ``allow`` holds host names (``pypi.org``) and ``*.suffix`` patterns (``*.example.com``: any
+    name below ``example.com``, not ``example.com`` itself); ``presets`` name lists of hosts in
+    :data:`nodus.agent.egress.PRESETS`. Both only apply to ``AllowList``.
+    """
+
+    policy: Literal["Open", "Deny", "AllowList"] = "Open"
+    allow: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A helper started before the program, in the same sandbox, and ended after it.
+
+    ``env`` is its whole environment, as for the program; the runtime adds ``NODUS_READY_FILE``.
+    ``startup_timeout`` bounds how long the start waits for it to become ready.
+    """
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    startup_timeout: float = 300.0
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What to run for one attempt.
@@ -69,6 +133,11 @@ class RunSpec:
     # Host directories the program must not see (the agent's credentials, the control plane's data
     # directory): the sandbox covers each with an empty tmpfs. The unsandboxed runtime cannot.
     hidden: tuple[str, ...] = ()
+    # Bound after the /nodus directories, parents before children.
+    mounts: tuple[Mount, ...] = ()
+    egress: Egress = field(default_factory=Egress)
+    # Started in this order, each ready before the next; see nodus.agent.bubblewrap for the rules.
+    sidecars: tuple[Sidecar, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,9 +191,10 @@ class Process(Protocol):
     def lines(self) -> AsyncIterator[tuple[str, str]]:
         """Yield ``(stream, line)`` with stream ``"stdout"`` or ``"stderr"``, without the newline.
 
-        Ends when both streams are closed, i.e. once nothing in the sandbox can write any more; a
-        last line without newline is included. Lines keep their order within a stream; across the
-        two streams the order is as observed. Call it once and consume it: a program whose output
+        A sidecar's lines come on ``"sidecar/<name>/stdout"`` and ``"sidecar/<name>/stderr"``.
+        Ends when every stream is closed, i.e. once nothing in the sandbox can write any more; a
+        last line without newline is included. Lines keep their order within a stream; across
+        streams the order is as observed. Call it once and consume it: a program whose output
         is not read blocks once about 1 MiB per stream is buffered.
         """
         ...
@@ -136,6 +206,7 @@ class Process(Protocol):
     async def stop(self, grace_seconds: float) -> Exit:
         """SIGTERM every process of the attempt, wait up to ``grace_seconds``, then SIGKILL them all.
 
+        Sidecars are asked to stop once the program has ended, as when it ends on its own.
         Idempotent: a second call joins the first; after the end it returns the Exit unchanged.
         The sequence completes even if the caller is cancelled.
         """
@@ -179,19 +250,67 @@ def select_runtime(requested: str) -> Runtime:
 
 def check_spec(spec: RunSpec) -> None:
     """Refuse a spec no runtime can run faithfully (StartFailed), before anything is started."""
-    if not spec.argv or not spec.argv[0]:
-        raise StartFailed("the command is empty")
-    if any("\0" in arg for arg in spec.argv):
-        raise StartFailed("the command contains a NUL character")
-    for name, value in spec.env.items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
-            raise StartFailed(f"environment variable name {name!r} or its value is not representable")
+    _check_command("the command", spec.argv, spec.env)
     path = PurePosixPath(spec.working_dir)
-    reserved = ("/proc", "/dev", SANDBOX_NODUS_DIR)
     if not path.is_absolute() or ".." in path.parts or str(path) == "/":
         raise StartFailed(f"workingDir {spec.working_dir!r} must be an absolute path below /")
-    if any(path == PurePosixPath(top) or path.is_relative_to(top) for top in reserved):
-        raise StartFailed(f"workingDir {spec.working_dir!r} is inside {', '.join(reserved)}, which the sandbox owns")
+    if _is_reserved(path):
+        raise StartFailed(
+            f"workingDir {spec.working_dir!r} is inside {', '.join(_RESERVED_SANDBOX_PATHS)}, which the sandbox owns"
+        )
+    targets = {path}
+    for mount in spec.mounts:
+        target = PurePosixPath(mount.target)
+        if not target.is_absolute() or ".." in target.parts or str(target) == "/" or _is_reserved(target):
+            raise StartFailed(
+                f"mount target {mount.target!r} must be an absolute path below / and outside "
+                f"{', '.join(_RESERVED_SANDBOX_PATHS)}"
+            )
+        if target in targets:
+            raise StartFailed(f"mount target {mount.target!r} is already the working directory or another mount")
+        targets.add(target)
+        if not mount.source.is_absolute() or not mount.source.exists():
+            raise StartFailed(f"mount source {str(mount.source)!r} for {mount.target!r} is not an existing host path")
+    _check_egress(spec.egress)
+    names: set[str] = set()
+    for sidecar in spec.sidecars:
+        if not _SIDECAR_NAME.fullmatch(sidecar.name):
+            raise StartFailed(
+                f"sidecar name {sidecar.name!r} must be lower-case letters, digits, '.', '_' or '-' (at most 63)"
+            )
+        if sidecar.name in names:
+            raise StartFailed(f"sidecar name {sidecar.name!r} is used twice")
+        names.add(sidecar.name)
+        _check_command(f"sidecar {sidecar.name}", sidecar.argv, sidecar.env)
+        if not sidecar.startup_timeout > 0:
+            raise StartFailed(f"sidecar {sidecar.name}: startupTimeout must be positive")
+
+
+def _check_command(what: str, argv: list[str], env: Mapping[str, str]) -> None:
+    if not argv or not argv[0]:
+        raise StartFailed(f"{what} is empty")
+    if any("\0" in arg for arg in argv):
+        raise StartFailed(f"{what} contains a NUL character")
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise StartFailed(f"environment variable name {name!r} or its value is not representable")
+
+
+def _is_reserved(path: PurePosixPath) -> bool:
+    return any(path == PurePosixPath(top) or path.is_relative_to(top) for top in _RESERVED_SANDBOX_PATHS)
+
+
+def _check_egress(policy: Egress) -> None:
+    if policy.policy not in ("Open", "Deny", "AllowList"):
+        raise StartFailed(f"egress policy {policy.policy!r} is not Open, Deny or AllowList")
+    if policy.policy != "AllowList" and (policy.allow or policy.presets):
+        raise StartFailed(f"egress allow and presets only apply to the AllowList policy, not {policy.policy}")
+    for name in policy.presets:
+        if name not in egress.PRESET_NAMES:
+            raise StartFailed(f"unknown egress preset {name!r}: use one of {', '.join(sorted(egress.PRESET_NAMES))}")
+    for entry in policy.allow:
+        if not egress.is_valid_pattern(entry):
+            raise StartFailed(f"egress allow entry {entry!r} is not a host name or a *.suffix pattern")
 
 
 async def open_pipe(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:

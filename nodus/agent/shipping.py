@@ -5,6 +5,8 @@ batch is full. A failed post is retried with backoff, keeping order; if the serv
 enough for the buffer to pass ``max_buffered`` lines, the oldest are dropped and a marker line says
 how many, so memory stays bounded and the gap is visible. ``close`` flushes everything, and the
 agent reports an attempt's end only after it, so a failed attempt's last lines are always readable.
+Each line names its container (omitted for the main program), so that init commands and sidecars
+can be read apart (``?container=NAME``) or together (``?allContainers=true``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,13 @@ class LogShipper:
         self._closing = False
         self._task = asyncio.create_task(self._run(), name=f"logs {attempt}")
 
-    def add(self, stream: str, line: str, at: datetime | None = None) -> None:
-        self._buffer.append({"stream": stream, "time": units.format_micro_time(at or units.now()), "line": line})
+    def add(self, stream: str, line: str, container: str = "", *, at: datetime | None = None) -> None:
+        """Buffer one line of ``stream`` (``stdout``/``stderr``) of ``container`` ('' is the main program;
+        otherwise the init command or a sidecar, such as ``init``); never blocks."""
+        entry = {"stream": stream, "time": units.format_micro_time(at or units.now()), "line": line}
+        if container:
+            entry["container"] = container
+        self._buffer.append(entry)
         if len(self._buffer) > self._max:
             self._buffer.popleft()
             self._dropped += 1

@@ -9,6 +9,11 @@ the program then runs with the agent's own user and sees the whole host. What st
 - the program leads its own process group; stop() and kill() signal that group, and when the
   program ends whatever it left in the group is killed, as the sandbox kills its namespace.
   A process that leaves the group (``setsid``) escapes both, which the sandbox does not allow.
+
+What only a sandbox can do is refused with StartFailed rather than silently skipped: mounts (there is
+no private file system view to bind them into), egress ``Deny`` and ``AllowList`` (the program shares
+the host's network, so nothing could hold it to the policy) and sidecars (they need the shared
+sandbox their contract promises: the same ``/nodus``, the same loopback network).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class UnsandboxedRuntime:
 
     async def start(self, spec: runtime.RunSpec) -> runtime.Process:
         runtime.check_spec(spec)
+        _refuse_what_needs_a_sandbox(spec)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
@@ -72,3 +78,15 @@ class UnsandboxedProcess(runtime.HostProcess):
         return runtime.Exit.from_returncode(
             returncode, stop_requested=self._stop_requested, agent_killed=self._agent_killed
         )
+
+
+def _refuse_what_needs_a_sandbox(spec: runtime.RunSpec) -> None:
+    if spec.mounts:
+        raise runtime.StartFailed("mounts need the bubblewrap runtime: this agent runs unsandboxed")
+    if spec.egress.policy != "Open":
+        raise runtime.StartFailed(
+            f"egress policy {spec.egress.policy} needs the bubblewrap runtime: this agent runs unsandboxed, "
+            "sharing the host's network, and cannot enforce it"
+        )
+    if spec.sidecars:
+        raise runtime.StartFailed("sidecars need the bubblewrap runtime: this agent runs unsandboxed")

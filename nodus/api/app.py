@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nodus.api import openapi
 from nodus.api.errors import APIError, internal
-from nodus.api.http import discovery, logs, resources, system
+from nodus.api.http import blobs, discovery, logs, outputs, resources, secrets, system
 from nodus.api.http.responses import error_response, request_id
 from nodus.api.server import APIServer
 from nodus.storage.errors import StorageError
@@ -118,10 +118,20 @@ def create_app(server: APIServer) -> FastAPI:
         ("/openapi/v3/apis/nodus.dev/v1", openapi.serve_v3_group),
     ):
         router.add_route(path, endpoint, methods=["GET"])
-    # Before the catch-all: the log subresources are served by their own handlers.
+    # Before the catch-all: the log and secret values subresources are served by their own handlers.
     every_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log", logs.attempt_log, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log", logs.job_log, every_method)
+    # Raw bytes (blobs, job outputs, volume revisions): streamed, never decoded as objects.
+    namespaced = "/apis/nodus.dev/v1/namespaces/{namespace}"
+    with_head = [*every_method, "HEAD"]
+    router.add_route(f"{namespaced}/blobs", blobs.upload, every_method)
+    router.add_route(f"{namespaced}/blobs/{{digest}}", blobs.download, with_head)
+    router.add_route(f"{namespaced}/jobs/{{name}}/outputs/{{output}}", outputs.job_output, with_head)
+    router.add_route(f"{namespaced}/volumes/{{name}}/revisions", blobs.volume_revision, every_method)
+    router.add_route(
+        "/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values", secrets.secret_values, every_method
+    )
     router.add_route(
         "/apis/nodus.dev/v1/{path:path}", resources.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
     )

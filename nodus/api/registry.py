@@ -75,6 +75,13 @@ class KindInfo:
     has_log: bool = False
     # Server-side apply: list fields that merge by key, given as dotted paths -> key fields.
     list_map_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Fields at the top level besides apiVersion, kind, metadata, spec and status (Secret: type, data,
+    # stringData), declared as a model whose fields are merged into the object's schema.
+    top_level_model: type[BaseModel] | None = None
+    # The object as clients see it, when that differs from what is stored (Secret: no values). Every
+    # response path (get, list, watch, write responses, Tables) serves ``served(obj)``; it returns a
+    # new object and never changes its argument. None: the stored object is served as it is.
+    served: Callable[[Object], Object] | None = None
 
     @property
     def list_kind(self) -> str:

@@ -218,6 +218,8 @@ def object_schema(info: KindInfo) -> Schema:
         properties["spec"] = model_schema(info.spec_model)
     if info.status_model is not None:
         properties["status"] = model_schema(info.status_model)
+    if info.top_level_model is not None:  # fields beside metadata, as a Secret's data and type
+        properties.update(model_schema(info.top_level_model).get("properties") or {})
     return {"type": "object", "description": info.description, "properties": properties}
 
 

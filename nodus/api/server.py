@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from nodus.api import bootstrap, offerings
@@ -10,11 +11,12 @@ from nodus.api.auth.authorization import Authorizer, member_names
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
 from nodus.api.garbagecollection import GarbageCollector
-from nodus.api.kinds import catalog
+from nodus.api.kinds import catalog, secret
 from nodus.api.metrics import Metrics
 from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
 from nodus.api.store import GenericStore
+from nodus.apimachinery.sealing import Keyring
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage
 
@@ -22,8 +24,15 @@ log = logging.getLogger(__name__)
 
 
 class APIServer:
-    def __init__(self, settings: ServerSettings, registry: Registry | None = None) -> None:
+    def __init__(
+        self, settings: ServerSettings, registry: Registry | None = None, secret_key_file: Path | None = None
+    ) -> None:
+        """``secret_key_file`` (``--secret-key-file``) holds the keys that seal Secret values; without
+        one, Secret writes and the values endpoint answer 503. Read here, so a bad file stops the start."""
         self.settings = settings
+        self.secret_keys = Keyring.load(secret_key_file) if secret_key_file is not None else None
+        # One keyring per process: the Secret kind's strategy is shared by every server in it.
+        secret.configure(self.secret_keys)
         self.registry = registry or catalog.registry()
         self.storage = Storage(
             settings.database_url,

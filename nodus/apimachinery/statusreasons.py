@@ -96,9 +96,8 @@ _add(
     "NotYetSupported",
     "The Job uses a field this Nodus release does not run yet.",
     "Remove the fields named in the message, or wait for the release that runs them.",
-    "Fields of the data plane (inputs, secrets, volumes, source, init command, sidecars, connections), gangs "
-    "(distributed) and pools are accepted by the API but not run yet, so a Job using them would run wrongly; it "
-    "fails at admission instead, before anything starts.",
+    "Gangs (distributed) and bring-your-own-cloud pools are accepted by the API but not run yet, so a Job using "
+    "them would run wrongly; it fails at admission instead, before anything starts.",
 )
 _add(
     "Error",
@@ -141,4 +140,124 @@ _add(
     "The attempt was stopped on request.",
     "Nothing.",
     "Suspend, cancel, restart and delete stop attempts with SIGTERM, then SIGKILL after the grace period.",
+)
+
+
+# Admission of the data plane (nodus.controllers.jobs.pinning): waiting (Pending) and final reasons.
+_WAITS = "The Job stays Pending and is admitted as soon as it appears; nothing runs or is charged meanwhile."
+_add(
+    "SecretNotFound",
+    "A Secret the Job names does not exist yet.",
+    "Create the Secret named in the message (kind: Secret, apiVersion: nodus.dev/v1) in the Job's project.",
+    "Secrets named by env secretKeyRef, secrets, imagePullSecrets and Connections are pinned at admission. " + _WAITS,
+)
+_add(
+    "SecretKeyNotFound",
+    "The pinned Secret version lacks a key the Job reads.",
+    "Add the key to the Secret (a new version); the Job pins that version.",
+    "env[].valueFrom.secretKeyRef names a key; the Secret version pinned must hold it. " + _WAITS,
+)
+_add(
+    "SecretVersionNotFound",
+    "A Secret has no version the Job pins.",
+    "Pin an existing version (kubectl get secrets.nodus.dev NAME -o yaml lists them) or leave version unset.",
+    "spec.secrets[].version must name one of the Secret's versions; the Job fails at admission otherwise.",
+)
+_add(
+    "SecretVersionConflict",
+    "The Job pins two versions of one Secret.",
+    "Pin one version of each Secret in spec.secrets, or none.",
+    "A Job sees exactly one version of each Secret, in every container and attempt.",
+)
+_add(
+    "SecretChanged",
+    "A Secret the Job pinned was deleted (or recreated) before an attempt could read it.",
+    "Create the Job again so that it pins the current Secret.",
+    "A Secret deleted and recreated under the same name is a different Secret: its values are not the ones the "
+    "Job was admitted with, so no attempt reads them.",
+)
+_add(
+    "ConnectionNotFound",
+    "A Connection the Job names does not exist yet.",
+    "Create the Connection named in the message in the Job's project.",
+    "Bucket inputs, output sinks and spec.connections name Connections. " + _WAITS,
+)
+_add(
+    "ConnectionTypeMismatch",
+    "A Connection is of the wrong type for its use.",
+    "Bucket inputs need an S3 Connection; output sinks a Postgres, Neon or Supabase one.",
+    "The Job fails at admission rather than at the end of its run.",
+)
+_add(
+    "VolumeNotFound",
+    "A Volume the Job mounts or reads does not exist yet.",
+    "Create the Volume named in the message (and upload a revision: nodus volumes upload NAME PATH).",
+    "Volumes are pinned at admission: a read-only mount or input at a revision. " + _WAITS,
+)
+_add(
+    "VolumeEmpty",
+    "A Volume the Job reads has no revision yet.",
+    "Upload a revision (nodus volumes upload NAME PATH) or let a Job write one through a writable mount.",
+    "A read-only mount or a volume input needs a revision to pin. " + _WAITS,
+)
+_add(
+    "VolumeRevisionNotFound",
+    "A Volume has no revision the Job pins.",
+    "Pin an existing revision (its status.revisions lists them) or leave revision unset for the latest.",
+    "Revisions are immutable and numbered from 1.",
+)
+_add(
+    "OutputNotReady",
+    "An output the Job reads is not committed yet.",
+    "Nothing: the Job starts once the producing Job commits the output (an index succeeds).",
+    "Inputs of type output name another Job's committed output. " + _WAITS,
+)
+_add(
+    "InputUnavailable",
+    "An input can never be materialised: the producing Job ended without that output, or the blob is gone.",
+    "Fix the producing Job, or name an output it committed (its status.outputs lists them).",
+    "The Job fails at admission, or when an attempt finds the pinned content gone.",
+)
+_add(
+    "InputDigestMismatch",
+    "Downloaded content does not have the pinned SHA-256.",
+    "Correct spec.inputs[].url.sha256 (or bucket.sha256), or fix the file at its source; the message names both "
+    "digests.",
+    "Digests are checked at the end of the stream; content with another digest is never shown to the program, and "
+    "the Job fails at once rather than retrying a download that would fail the same way.",
+)
+_add(
+    "InputFetchFailed",
+    "An input could not be downloaded.",
+    "Check that the URL, bucket or Connection in the message is reachable from the node and its credentials work.",
+    "A failed download is a failure of the attempt and counts against spec.backoffLimit.",
+)
+_add(
+    "SourceUnavailable",
+    "The Job's source could not be checked out.",
+    "Check spec.source: the repository and ref must exist and be reachable over https, or the blob be uploaded "
+    "(POST .../blobs).",
+    "The source is checked out before initCommand; a missing ref or blob fails the Job at once.",
+)
+_add(
+    "InitFailed",
+    "spec.initCommand failed or timed out.",
+    "Read its log lines in the message and its logs (nodus logs attempt/<name> -c init).",
+    "The init command runs before the sidecars and the command; its failure is a customer failure that counts "
+    "against spec.backoffLimit.",
+)
+_add(
+    "SidecarFailed",
+    "A sidecar did not become ready.",
+    "Read the sidecar's logs (nodus logs attempt/<name> -c <sidecar>) and fix its command or startupTimeout.",
+    "Sidecars start before the command and must become ready within their startupTimeout; this is a customer "
+    "failure that counts against spec.backoffLimit.",
+)
+_add(
+    "OutputCollectionFailed",
+    "The program succeeded but an output could not be collected.",
+    "Write declared outputs under /nodus/outputs, the working directory or a writable Volume, and check the path "
+    "in spec.outputs exists when the program ends.",
+    "Outputs are collected when an index succeeds; an output that cannot be collected fails the attempt (a "
+    "customer failure, counted against spec.backoffLimit).",
 )

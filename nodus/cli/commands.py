@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from nodus.apimachinery import units
@@ -88,3 +90,179 @@ def sim(args: argparse.Namespace) -> None:
 
     asyncio.run(main())
     print(f"node/{args.node} {args.action} requested")
+
+
+# --- outputs and volumes -----------------------------------------------------------------------
+
+TRANSFER_CHUNK = 1024 * 1024
+TAR_ZSTD = "application/vnd.nodus.tar+zstd"
+
+
+def _project(args: argparse.Namespace, config: Any) -> str:
+    return str(args.project or config.namespace or "default")
+
+
+def add_outputs_get_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="the Job's name")
+    parser.add_argument("output", help="the output's name (spec.outputs[].name)")
+    parser.add_argument("--index", type=int, default=0, help="the Job index that produced it (default 0)")
+    parser.add_argument("--rank", type=int, help="the gang rank that produced it (default: the only or lowest)")
+    parser.add_argument("-n", "--namespace", "--project", dest="project", help="the project (default: kubeconfig's)")
+    parser.add_argument("-o", "--output-file", dest="file", help="where to write it; - for stdout (default: its name)")
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
+
+
+def attachment_name(disposition: str) -> str | None:
+    """The file name of a ``Content-Disposition: attachment`` header, reduced to a safe base name."""
+    import email.message
+    import os.path
+
+    message = email.message.Message()
+    message["content-disposition"] = disposition
+    name = message.get_filename()
+    if not name:
+        return None
+    name = os.path.basename(name.replace("\\", "/"))
+    return None if name in ("", ".", "..") else name
+
+
+def outputs_get(args: argparse.Namespace) -> None:
+    """Download a committed output of a Job to a file (the server's file name unless -o says otherwise)."""
+    import os
+
+    from nodus.client import Client, ClientConfig, errors
+
+    config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
+    project = _project(args, config)
+    url = f"/apis/nodus.dev/v1/namespaces/{project}/jobs/{args.job}/outputs/{args.output}"
+    params: dict[str, Any] = {"index": args.index}
+    if args.rank is not None:
+        params["rank"] = args.rank
+
+    async def main() -> str:
+        async with Client(config, user_agent="nodus-cli", timeout=300.0) as client:
+            try:
+                async with client.open_download(url, params) as response:
+                    if args.file == "-":
+                        async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
+                            sys.stdout.buffer.write(chunk)
+                        sys.stdout.buffer.flush()
+                        return "-"
+                    name = args.file or attachment_name(response.headers.get("content-disposition", "")) or args.output
+                    target = Path(name)
+                    partial = target.with_name(target.name + ".part")
+                    try:
+                        with partial.open("wb") as handle:
+                            async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
+                                handle.write(chunk)
+                        os.replace(partial, target)
+                    finally:
+                        partial.unlink(missing_ok=True)
+                    return str(target)
+            except errors.APIError as exc:
+                raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
+
+    written = asyncio.run(main())
+    if written != "-":
+        print(f"job/{args.job} output {args.output} (index {args.index}) written to {written}", file=sys.stderr)
+
+
+def add_volumes_upload_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("volume", help="the Volume's name")
+    parser.add_argument("path", help="a directory (sent as tar.zst) or a file (sent as itself)")
+    parser.add_argument("-n", "--namespace", "--project", dest="project", help="the project (default: kubeconfig's)")
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
+
+
+async def tar_zst_chunks(directory: Path) -> AsyncIterator[bytes]:
+    """The directory's tree as a zstd-compressed tar, produced in a thread and read as it is made
+    (through a pipe: the producer waits while the upload is slower, so memory stays bounded)."""
+    import os
+    import tarfile
+
+    import zstandard
+
+    read_fd, write_fd = os.pipe()
+
+    def produce() -> None:
+        with os.fdopen(write_fd, "wb") as raw:
+            compressor = zstandard.ZstdCompressor(level=3)
+            with (
+                compressor.stream_writer(raw, closefd=False) as compressed,
+                tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+            ):
+                for child in sorted(directory.iterdir()):
+                    tar.add(child, arcname=child.name)
+
+    producing = asyncio.ensure_future(asyncio.to_thread(produce))
+    reader = os.fdopen(read_fd, "rb", buffering=0)
+    try:
+        while data := await asyncio.to_thread(reader.read, TRANSFER_CHUNK):
+            yield data
+    finally:
+        reader.close()  # a producer still writing gets BrokenPipeError and stops
+        with contextlib.suppress(BrokenPipeError):
+            await producing
+
+
+async def file_chunks(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as handle:
+        while data := await asyncio.to_thread(handle.read, TRANSFER_CHUNK):
+            yield data
+
+
+def file_media_type(name: str) -> tuple[str, str | None]:
+    """How a file is sent: a ``.tar`` or ``.tar.zst`` as the tree it holds (no file name), anything
+    else as one file with its guessed type and its name."""
+    import mimetypes
+
+    lowered = name.lower()
+    if lowered.endswith((".tar.zst", ".tzst")):
+        return TAR_ZSTD, None
+    if lowered.endswith(".tar"):
+        return "application/x-tar", None
+    guessed, encoding = mimetypes.guess_type(name)
+    if guessed is None or encoding is not None or guessed == "application/x-tar":
+        guessed = "application/octet-stream"
+    return guessed, name
+
+
+def volumes_upload(args: argparse.Namespace) -> None:
+    """Add a revision to a Volume: a directory as tar.zst, a file as itself (checked by its digest)."""
+    import hashlib
+
+    from nodus.client import Client, ClientConfig, errors
+
+    source = Path(args.path)
+    if not source.exists():
+        raise SystemExit(f"nodus volumes upload: {source}: no such file or directory")
+    config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
+    project = _project(args, config)
+    is_dir = source.is_dir()
+
+    async def main() -> dict[str, Any]:
+        async with Client(config, user_agent="nodus-cli", timeout=300.0) as client:
+            try:
+                if is_dir:
+                    return await client.upload_volume_revision(project, args.volume, tar_zst_chunks(source), TAR_ZSTD)
+                hasher = hashlib.sha256()
+                async for chunk in file_chunks(source):
+                    hasher.update(chunk)
+                media, filename = file_media_type(source.name)
+                return await client.upload_volume_revision(
+                    project,
+                    args.volume,
+                    file_chunks(source),
+                    media,
+                    filename=filename,
+                    digest="sha256:" + hasher.hexdigest(),
+                )
+            except errors.APIError as exc:
+                raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
+
+    result = asyncio.run(main())
+    revision = result.get("revision") or {}
+    print(
+        f"volume/{args.volume} revision {revision.get('revision')} uploaded: "
+        f"sha256:{revision.get('sha256')} ({revision.get('size')} bytes, {revision.get('mediaType')})"
+    )

@@ -37,6 +37,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--external-url", default="", help="base URL of the docs links in error responses")
     parser.add_argument(
+        "--secret-key-file",
+        type=Path,
+        metavar="FILE",
+        help="keys that seal Secret values, one '<key id> <base64 of 32 bytes>' per line; the last seals "
+        "(nodus dev: <data dir>/secret-keys, created on first start)",
+    )
+    parser.add_argument(
         "--price-book",
         type=Path,
         metavar="FILE",
@@ -102,6 +109,18 @@ def parser() -> argparse.ArgumentParser:
     sim = commands_.add_parser("sim", help="inject a fault into the simulated cloud: preempt, kill or fail-boot a node")
     commands.add_sim_flags(sim)
     sim.set_defaults(run="commands:sim")
+
+    outputs = commands_.add_parser("outputs", help="download the committed outputs of Jobs")
+    outputs_commands = outputs.add_subparsers(dest="outputs_command", required=True)
+    outputs_get = outputs_commands.add_parser("get", help="download one output of a Job to a file")
+    commands.add_outputs_get_flags(outputs_get)
+    outputs_get.set_defaults(run="commands:outputs_get")
+
+    volumes = commands_.add_parser("volumes", help="add revisions to Volumes")
+    volumes_commands = volumes.add_subparsers(dest="volumes_command", required=True)
+    volumes_upload = volumes_commands.add_parser("upload", help="upload a directory (as tar.zst) or a file")
+    commands.add_volumes_upload_flags(volumes_upload)
+    volumes_upload.set_defaults(run="commands:volumes_upload")
     return root
 
 

@@ -88,6 +88,9 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     parser.add_argument(
         "--sim-heartbeat-interval", type=duration, default=timedelta(seconds=2), help="simulated agents' heartbeat"
     )
+    parser.add_argument(
+        "--sim-agent-trust-ca", type=Path, help="a CA certificate file simulated agents trust (see agent --trust-ca)"
+    )
 
 
 def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Path | None = None) -> ControllerSettings:
@@ -108,6 +111,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             heartbeat_interval=args.sim_heartbeat_interval,
             boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
             capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
+            agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
         )
     settings = ControllerSettings(
         kubeconfig=kubeconfig,
@@ -160,6 +164,11 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", type=Path, default=Path("/var/lib/nodus/agent"), help="local scratch")
     parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))
     parser.add_argument(
+        "--trust-ca",
+        type=Path,
+        help="a PEM file of CA certificates trusted, beside the system's, for https inputs and git sources",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -183,6 +192,7 @@ def agent(args: argparse.Namespace) -> None:
         work_dir=args.work_dir.resolve(),
         gpus=args.gpus,
         heartbeat_interval=args.heartbeat_interval,
+        trust_ca=str(args.trust_ca.resolve()) if args.trust_ca else None,
     )
     config_path = kubeconfig_path(args)
     settings.hidden = (str(config_path.resolve().parent), *(str(Path(d).resolve()) for d in args.hide))

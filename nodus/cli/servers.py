@@ -20,6 +20,7 @@ import uvloop
 from nodus.api.auth.requestheader import RequestHeaderConfig
 from nodus.api.server import APIServer
 from nodus.api.settings import ServerSettings
+from nodus.apimachinery.sealing import KeyFileError, Keyring
 from nodus.cli import certificates, kubeconfig, processes
 from nodus.cli.serving import Listener, serve
 from nodus.controllers import assembly
@@ -52,6 +53,13 @@ def _dev_tokens(path: Path) -> Path:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(f'{secrets.token_urlsafe(32)},admin,admin,"system:masters"\n')
+    return path
+
+
+def _dev_secret_keys(path: Path) -> Path:
+    """The data dir's key file for Secret values, created with one random key on first start."""
+    if not path.exists():
+        Keyring.generate(path)
     return path
 
 
@@ -94,7 +102,8 @@ def dev(args: argparse.Namespace) -> None:
         server_url = f"https://{client_host}:{args.port}"
         config = data_dir / "kubeconfig"
         kubeconfig.write(config, server_url, files.ca_cert, _admin_token(token_file))
-        server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)))
+        key_file = args.secret_key_file or _dev_secret_keys(data_dir / "secret-keys")
+        server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)), secret_key_file=key_file)
         listener = Listener(args.host, args.port, files.cert, files.key)
         controllers = processes.controller_settings(args, config, data_dir)
         if not args.identity:
@@ -161,7 +170,11 @@ def apiserver(args: argparse.Namespace) -> None:
     print(
         f"Nodus API server serving on {'https' if args.tls_cert_file else 'http'}://{args.host}:{args.port}", flush=True
     )
-    _run(serve(APIServer(settings), listener))
+    try:
+        server = APIServer(settings, secret_key_file=args.secret_key_file)
+    except KeyFileError as exc:
+        raise SystemExit(f"--secret-key-file: {exc}") from None
+    _run(serve(server, listener))
 
 
 def migrate(args: argparse.Namespace) -> None:

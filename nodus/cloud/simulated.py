@@ -47,6 +47,8 @@ class SimulatedCloudConfig:
     boot_time_overrides: dict[str, timedelta] = field(default_factory=dict)
     runtime: str = "auto"
     heartbeat_interval: timedelta = timedelta(seconds=2)
+    # Extra CA certificates agents trust for inputs and sources (a private HTTPS server in tests).
+    agent_trust_ca: Path | None = None
 
 
 @dataclass
@@ -137,6 +139,8 @@ class SimulatedCloud:
             if self.config.heartbeat_interval.total_seconds() >= 1
             else f"{int(self.config.heartbeat_interval.total_seconds() * 1000)}ms",
         ]
+        if self.config.agent_trust_ca is not None:
+            command += ["--trust-ca", str(self.config.agent_trust_ca)]
         with (work / "agent.log").open("ab") as output:
             process = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True

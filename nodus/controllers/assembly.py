@@ -20,7 +20,13 @@ from typing import Any
 
 from nodus.client import Client, ClientConfig, errors
 from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
-from nodus.controllers.jobs.reconciling import JOB_UID_INDEX, JobReconciler, job_uid_of
+from nodus.controllers.jobs.reconciling import (
+    JOB_UID_INDEX,
+    WAITING_INDEX,
+    JobReconciler,
+    job_uid_of,
+    waiting_in,
+)
 from nodus.controllers.nodes.hosts import Hosts
 from nodus.controllers.nodes.lifecycle import NodeLifecycle
 from nodus.controllers.nodes.provisioning import (
@@ -31,7 +37,7 @@ from nodus.controllers.nodes.provisioning import (
     nodes_of,
     ran_on,
 )
-from nodus.controllers.runtime.informers import Handler, Object
+from nodus.controllers.runtime.informers import Handler, Informer, Object
 from nodus.controllers.runtime.leaderelection import LeaderElector
 from nodus.controllers.runtime.manager import Manager, enqueue_object, enqueue_owner
 from nodus.controllers.runtime.workqueue import WorkQueue
@@ -56,6 +62,20 @@ class ControllerSettings:
     retry_period: float = 2.0
     resync: float = 300.0
     sim: SimulatedCloudConfig | None = None
+
+
+def _enqueue_waiting_jobs(queue: WorkQueue[Any], jobs: Informer) -> Handler:
+    """A Secret, Volume, Connection or Job changed: the Jobs of its project waiting for admission look again."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        for obj in (old, new):
+            if obj is not None:
+                namespace = str(obj["metadata"].get("namespace") or "")
+                for job in jobs.by_index(WAITING_INDEX, namespace):
+                    queue.add((namespace, job["metadata"]["name"]))
+                return
+
+    return handler
 
 
 def _enqueue_nodes_of_attempt(queue: WorkQueue[Any]) -> Handler:
@@ -87,6 +107,10 @@ class Controllers:
         attempts = manager.informer("attempts", resync=settings.resync)
         nodes = manager.informer("nodes", resync=settings.resync)
         offerings = manager.informer("offerings")
+        referenced = {
+            plural: manager.informer(plural, resync=settings.resync) for plural in ("secrets", "volumes", "connections")
+        }
+        jobs.add_index(WAITING_INDEX, waiting_in)
         attempts.add_index(JOB_UID_INDEX, job_uid_of)
         attempts.add_index(NODE_INDEX, nodes_of)
         attempts.add_index(RAN_ON_INDEX, ran_on)
@@ -96,7 +120,9 @@ class Controllers:
         job_queue: WorkQueue[Any] = WorkQueue()
         jobs.add_handler(enqueue_object(job_queue))
         attempts.add_handler(enqueue_owner(job_queue, "Job"))
-        manager.add_controller("jobs", JobReconciler(client, jobs, attempts), job_queue, workers)
+        for informer in (*referenced.values(), jobs):
+            informer.add_handler(_enqueue_waiting_jobs(job_queue, jobs))
+        manager.add_controller("jobs", JobReconciler(client, jobs, attempts, referenced), job_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

@@ -12,6 +12,10 @@ Bounds, enforced here on every append so that no caller can exceed them:
 * at most ``MAX_LINE_BYTES`` (16 KiB, UTF-8) per line: a longer line is cut at a character
   boundary and ends with ``TRUNCATED_MARKER`` naming its original size, within the same 16 KiB.
 
+Each line names its container: '' for the main program, otherwise an init command or a sidecar
+(``init``, ``sidecar-proxy``). Numbering is per attempt across containers, so one seq order
+interleaves every program of the attempt as the agent read them.
+
 PostgreSQL text cannot hold NUL characters or lone surrogates: they are stored as U+FFFD and ``?``.
 Lines of a deleted attempt stay until a sweep removes them (their rows keep namespace and name);
 the line cap bounds what one attempt can hold meanwhile.
@@ -43,9 +47,10 @@ _APPEND = """
 WITH base AS (
     SELECT coalesce(max(seq), 0) AS last FROM attempt_logs WHERE attempt_uid = $1
 ), added AS (
-    INSERT INTO attempt_logs (attempt_uid, seq, namespace, name, stream, time, line)
-    SELECT $1, base.last + e.n, $2, $3, e.stream, e.time, e.line
-    FROM base, unnest($4::text[], $5::timestamptz[], $6::text[]) WITH ORDINALITY AS e(stream, time, line, n)
+    INSERT INTO attempt_logs (attempt_uid, seq, namespace, name, stream, time, line, container)
+    SELECT $1, base.last + e.n, $2, $3, e.stream, e.time, e.line, e.container
+    FROM base, unnest($4::text[], $5::timestamptz[], $6::text[], $8::text[])
+        WITH ORDINALITY AS e(stream, time, line, container, n)
     RETURNING seq
 ), dropped AS (
     DELETE FROM attempt_logs WHERE attempt_uid = $1 AND seq <= (SELECT max(seq) FROM added) - $7
@@ -57,21 +62,25 @@ SELECT (SELECT max(seq) FROM added) AS last, (SELECT count(*) FROM dropped) AS d
 
 @dataclass(frozen=True)
 class LogEntry:
-    """A line to append: its stream (``stdout`` or ``stderr``), when it was read (aware), its text."""
+    """A line to append: its stream (``stdout`` or ``stderr``), when it was read (aware), its text,
+    and its container ('' for the main program)."""
 
     stream: str
     time: datetime
     line: str
+    container: str = ""
 
 
 @dataclass(frozen=True)
 class LogLine:
-    """A stored line: its position in the attempt's log, stream, time (microseconds) and text."""
+    """A stored line: its position in the attempt's log, stream, time (microseconds), text and
+    container ('' for the main program)."""
 
     seq: int
     stream: str
     time: datetime
     line: str
+    container: str = ""
 
 
 def bounded(line: str, max_bytes: int = MAX_LINE_BYTES) -> str:
@@ -108,9 +117,12 @@ class AttemptLogs:
         streams = [e.stream for e in entries]
         times = [e.time for e in entries]
         lines = [bounded(e.line, self.max_line_bytes) for e in entries]
+        containers = [e.container for e in entries]
         async with self._connection() as conn, conn.transaction():
             await conn.execute(_LOCK, _LOCK_CLASS, attempt_uid)
-            record = await conn.fetchrow(_APPEND, attempt_uid, namespace, name, streams, times, lines, self.max_lines)
+            record = await conn.fetchrow(
+                _APPEND, attempt_uid, namespace, name, streams, times, lines, self.max_lines, containers
+            )
         last: int = record["last"]
         return last
 
@@ -122,11 +134,13 @@ class AttemptLogs:
         since_time: datetime | None = None,
         tail_lines: int | None = None,
         stream: str | None = None,
+        container: str | None = None,
         limit: int = 1000,
     ) -> list[LogLine]:
         """Lines after ``after_seq``, oldest first, at most ``limit`` of them.
 
         ``since_time`` keeps lines read at or after it; ``stream`` keeps one stream (None: both);
+        ``container`` keeps one container ('' the main program; None: every container);
         ``tail_lines`` keeps only the newest that many of the lines that pass the other filters; when
         it exceeds ``limit`` the oldest ``limit`` of those come back, and the caller continues with
         ``after_seq`` set to the last seq it got (and no ``tail_lines``)."""
@@ -138,7 +152,10 @@ class AttemptLogs:
         if stream is not None:
             args.append(stream)
             where += f" AND stream = ${len(args)}"
-        columns = "seq, stream, time, line"
+        if container is not None:
+            args.append(container)
+            where += f" AND container = ${len(args)}"
+        columns = "seq, stream, time, line, container"
         args.append(limit)
         limit_arg = f"${len(args)}"
         if tail_lines is None:
@@ -151,7 +168,7 @@ class AttemptLogs:
             )
         async with self._connection() as conn:
             records = await conn.fetch(sql, *args)
-        return [LogLine(r["seq"], r["stream"], r["time"], r["line"]) for r in records]
+        return [LogLine(r["seq"], r["stream"], r["time"], r["line"], r["container"]) for r in records]
 
     async def last_seq(self, attempt_uid: str) -> int:
         """The seq of the attempt's newest line; 0 when it has none."""

@@ -90,6 +90,34 @@ attempt_logs = sa.Table(
     sa.Column("stream", sa.Text, nullable=False),  # stdout, stderr
     sa.Column("time", sa.DateTime(timezone=True), nullable=False),  # as the agent read it (microseconds)
     sa.Column("line", sa.Text, nullable=False),
+    # '' for the program; "init" or a sidecar's name for the others (kubectl logs -c NAME).
+    sa.Column("container", sa.Text, nullable=False, server_default=""),
     sa.CheckConstraint("stream IN ('stdout', 'stderr')", name="stream"),
     sa.PrimaryKeyConstraint("attempt_uid", "seq"),
+)
+
+# Content-addressed blobs (outputs, Volume revisions, sources): bytes of one upload in 1 MiB chunks,
+# stored EXTERNAL (uncompressed: the content mostly is compressed already). See nodus.storage.blobs.
+blob_chunks = sa.Table(
+    "blob_chunks",
+    metadata,
+    sa.Column("upload_id", sa.Uuid, nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False, autoincrement=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.PrimaryKeyConstraint("upload_id", "seq"),
+)
+
+# A digest in a project, pointing at the upload holding its bytes (several projects may share one).
+blobs = sa.Table(
+    "blobs",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("media_type", sa.Text, nullable=False),
+    sa.Column("upload_id", sa.Uuid, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.PrimaryKeyConstraint("namespace", "digest"),
+    sa.Index("ix_blobs_digest", "digest"),
+    sa.Index("ix_blobs_upload_id", "upload_id"),
 )

@@ -2,7 +2,8 @@
 
 Every behaviour an attempt's owner would notice: output, environment, directories, how the program
 ended, and what stop() and kill() do to the whole process tree. Bubblewrap-only tests skip, with
-bwrap's own reason, only where bwrap cannot create namespaces.
+bwrap's own reason, only where bwrap cannot create namespaces (the ``sandbox`` fixture, conftest.py).
+Egress and sidecars have files of their own (test_egress.py, test_sidecars.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,13 +32,6 @@ LONG_GRACE = 120.0
 HANG_GUARD = 120.0
 
 
-def _bubblewrap_or_skip() -> runtime.Runtime:
-    try:
-        return runtime.select_runtime("bubblewrap")
-    except runtime.RuntimeUnavailable as error:
-        pytest.skip(f"bubblewrap cannot run on this machine: {error}")
-
-
 # The interpreter by its real path: a virtualenv under /tmp is not visible in the sandbox's private /tmp.
 REAL_PYTHON = os.path.realpath(sys.executable)
 
@@ -44,18 +39,9 @@ REAL_PYTHON = os.path.realpath(sys.executable)
 @pytest.fixture(params=["bubblewrap", "unsandboxed"])
 def any_runtime(request: pytest.FixtureRequest) -> runtime.Runtime:
     if request.param == "bubblewrap":
-        return _bubblewrap_or_skip()
+        chosen: runtime.Runtime = request.getfixturevalue("sandbox")  # skips where bwrap cannot run
+        return chosen
     return runtime.select_runtime("unsandboxed")
-
-
-@pytest.fixture
-def sandbox() -> runtime.Runtime:
-    return _bubblewrap_or_skip()
-
-
-@pytest.fixture
-def layout(tmp_path: Path) -> AttemptLayout:
-    return AttemptLayout.create(tmp_path / "attempts", "train-0-1")
 
 
 def make_spec(
@@ -219,6 +205,115 @@ async def test_sandbox_has_its_own_pid_namespace(sandbox: runtime.Runtime, layou
     assert int(own_pid) < 10
     assert visible and max(visible) < 10
     assert os.getpid() not in visible
+
+
+async def test_read_only_mount_is_readable_not_writable(
+    sandbox: runtime.Runtime, layout: AttemptLayout, tmp_path: Path
+) -> None:
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "train.csv").write_text("a,b\n")
+    spec = dataclasses.replace(
+        shell(layout, "cat /data/train.csv; echo x > /data/new || echo refused"),
+        mounts=(runtime.Mount(source=dataset, target="/data", read_only=True),),
+    )
+    finished = await run(sandbox, spec)
+
+    assert finished.stdout == ["a,b", "refused"]
+    assert not (dataset / "new").exists()
+
+
+async def test_read_write_mount_is_shared_with_the_host(
+    sandbox: runtime.Runtime, layout: AttemptLayout, tmp_path: Path
+) -> None:
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    spec = dataclasses.replace(
+        shell(layout, "echo written > /volumes/cache/result"),
+        mounts=(runtime.Mount(source=volume, target="/volumes/cache", read_only=False),),
+    )
+    finished = await run(sandbox, spec)
+
+    assert finished.exit == exited(0)
+    assert (volume / "result").read_text() == "written\n"
+
+
+async def test_a_host_file_can_be_mounted_and_mounts_nest_in_the_working_dir(
+    sandbox: runtime.Runtime, layout: AttemptLayout, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("lr: 0.1\n")
+    spec = dataclasses.replace(
+        shell(layout, "cat /workspace/conf/config.yaml; pwd"),
+        mounts=(runtime.Mount(source=config, target="/workspace/conf/config.yaml", read_only=True),),
+    )
+    finished = await run(sandbox, spec)
+
+    assert finished.stdout == ["lr: 0.1", "/workspace"]
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        pytest.param("data", "absolute path", id="relative"),
+        pytest.param("/", "absolute path below /", id="root"),
+        pytest.param("/data/../etc", "absolute path", id="dot-dot"),
+        pytest.param("/proc/self", "outside", id="under-proc"),
+        pytest.param("/dev", "outside", id="dev"),
+        pytest.param("/nodus/inputs", "outside", id="under-nodus"),
+        pytest.param("/workspace", "already the working directory", id="the-working-dir"),
+    ],
+)
+async def test_mount_targets_the_sandbox_owns_are_refused(
+    sandbox: runtime.Runtime, layout: AttemptLayout, tmp_path: Path, target: str, why: str
+) -> None:
+    spec = dataclasses.replace(
+        shell(layout, "true"), mounts=(runtime.Mount(source=tmp_path, target=target, read_only=True),)
+    )
+
+    with pytest.raises(runtime.StartFailed, match=why):
+        await sandbox.start(spec)
+
+
+async def test_a_missing_mount_source_is_refused(
+    sandbox: runtime.Runtime, layout: AttemptLayout, tmp_path: Path
+) -> None:
+    spec = dataclasses.replace(
+        shell(layout, "true"), mounts=(runtime.Mount(source=tmp_path / "absent", target="/data", read_only=True),)
+    )
+
+    with pytest.raises(runtime.StartFailed, match="not an existing host path"):
+        await sandbox.start(spec)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        pytest.param(
+            {"mounts": (runtime.Mount(source=Path("/"), target="/data", read_only=True),)},
+            "mounts need the bubblewrap runtime",
+            id="mounts",
+        ),
+        pytest.param({"egress": runtime.Egress(policy="Deny")}, "Deny needs the bubblewrap runtime", id="deny"),
+        pytest.param(
+            {"egress": runtime.Egress(policy="AllowList", allow=("pypi.org",))},
+            "AllowList needs the bubblewrap runtime.*cannot enforce it",
+            id="allow-list",
+        ),
+        pytest.param(
+            {"sidecars": (runtime.Sidecar(name="proxy", argv=["true"], env={}),)},
+            "sidecars need the bubblewrap runtime",
+            id="sidecars",
+        ),
+    ],
+)
+async def test_unsandboxed_refuses_what_needs_a_sandbox(
+    layout: AttemptLayout, change: dict[str, Any], why: str
+) -> None:
+    spec = dataclasses.replace(shell(layout, "true"), **change)
+
+    with pytest.raises(runtime.StartFailed, match=why):
+        await runtime.select_runtime("unsandboxed").start(spec)
 
 
 # --- how it ended ---------------------------------------------------------------------------------
@@ -391,8 +486,8 @@ def test_select_runtime_by_name() -> None:
         runtime.select_runtime("docker")
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_auto_selects_bubblewrap_where_it_works() -> None:
-    _bubblewrap_or_skip()
     assert runtime.select_runtime("auto").name == "bubblewrap"
 
 

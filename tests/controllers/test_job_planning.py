@@ -212,11 +212,37 @@ def test_a_restart_request_stops_running_attempts_once() -> None:
     assert planning.plan(again, [make_attempt(0, 1, "Running")], NOW).stop == []
 
 
-def test_data_plane_fields_are_refused_until_the_agent_runs_them() -> None:
-    decided = planning.plan(make_job("Pending", inputs=[{"name": "x", "url": {"url": "https://e/x"}}]), [], NOW)
+def test_a_url_input_is_admitted_and_pinned_into_the_attempt() -> None:
+    digest = "a" * 64
+    job = make_job("Pending", inputs=[{"name": "x", "url": {"url": "https://e/x", "sha256": digest}}])
+    decided = planning.plan(job, [], NOW)
+    assert decided.status["phase"] == "Queued"
+    assert decided.status["inputs"] == [{"name": "x", "sha256": digest}]
+    assert decided.create[0]["spec"]["inputs"] == [{"name": "x", "url": "https://e/x", "sha256": digest}]
+
+
+def test_a_missing_secret_keeps_the_job_pending_with_the_reason() -> None:
+    job = make_job("Pending", env=[{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])
+    decided = planning.plan(job, [], NOW)
+    assert decided.status["phase"] == "Pending"
+    assert decided.status["reason"] == "SecretNotFound"
+    assert decided.create == []
+
+
+def test_an_attempt_that_failed_on_a_digest_mismatch_fails_the_job_at_once() -> None:
+    failed = make_attempt(0, 1, "Failed", reason="InputDigestMismatch", message="sha256 of x is b, expected a")
+    decided = planning.plan(make_job(), [failed], NOW)
     assert decided.status["phase"] == "Failed"
-    assert decided.status["reason"] == "NotYetSupported"
-    assert "inputs" in decided.status["message"]
+    assert decided.status["reason"] == "InputDigestMismatch"
+    assert decided.create == []
+
+
+def test_outputs_of_the_succeeded_attempt_are_the_jobs() -> None:
+    output = {"name": "model", "path": "/nodus/outputs/m", "sha256": "c" * 64, "size": 10}
+    succeeded = make_attempt(0, 1, "Succeeded", outputs=[output])
+    decided = planning.plan(make_job(), [succeeded], NOW)
+    assert decided.status["outputs"] == [{**output, "index": 0}]
+    assert decided.status["storage"] == {"bytes": 10}
 
 
 @pytest.mark.parametrize(
@@ -245,11 +271,6 @@ def test_every_status_reason_has_a_served_docs_page() -> None:
     [
         pytest.param({"distributed": {"nodes": 2}}, "distributed", id="gang"),
         pytest.param({"placement": {"pool": "mine", "queueTimeout": "24h"}}, "placement.pool", id="pool"),
-        pytest.param(
-            {"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
-            "env[0]",
-            id="secret-env",
-        ),
     ],
 )
 def test_what_is_not_run_yet_fails_at_admission(spec: dict[str, Any], named: str) -> None:

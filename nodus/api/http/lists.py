@@ -103,12 +103,16 @@ async def open_list(server: APIServer, query: ListQuery) -> AsyncIterator[ListCu
 async def respond_list(
     server: APIServer, info: KindInfo, query: ListQuery, representation: Representation, include: str
 ) -> Response:
-    if representation == "json" and query.limit is None:
+    """The list response. Stored bytes are streamed as they are, except for a kind with a served form
+    (``KindInfo.served``: Secret), whose items are each decoded and served."""
+    if representation == "json" and query.limit is None and info.served is None:
         return await _stream(server, info, query)
     async with open_list(server, query) as cursor:
         rows = [row async for batch in cursor.batches() for row in batch]
         metadata = _list_metadata(cursor)
     objects = [orjson.loads(row[2]) for row in rows]
+    if info.served is not None:
+        objects = [info.served(obj) for obj in objects]
     if representation == "table":
         return respond(tables.table(info, objects, include, list_metadata=metadata))  # type: ignore[arg-type]
     if representation == "metadata":

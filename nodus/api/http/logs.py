@@ -1,14 +1,18 @@
 """Attempt logs over HTTP: agents append lines, users read them as plain text like ``kubectl logs``.
 
 * ``POST   .../namespaces/{p}/attempts/{name}/log`` (administrators: agents and controllers) appends
-  ``{"entries": [{"stream": "stdout"|"stderr", "time": "<RFC 3339>", "line": "..."}]}``, at most
-  ``MAX_ENTRIES`` per request; 204 when stored.
+  ``{"entries": [{"stream": "stdout"|"stderr", "time": "<RFC 3339>", "line": "...", "container": "..."}]}``,
+  at most ``MAX_ENTRIES`` per request; 204 when stored. ``container`` is optional: '' (the default) is
+  the main program, otherwise an init command or sidecar named like a DNS label (``init``,
+  ``sidecar-proxy``).
 * ``GET    .../namespaces/{p}/attempts/{name}/log`` and ``.../jobs/{name}/log?index=&attempt=`` (a
   Viewer of the project) return ``text/plain``: one line per entry, interleaved by seq, with
   ``follow``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``, ``limitBytes`` and
-  ``stream`` (``stdout``, ``stderr`` or ``All``).
+  ``stream`` (``stdout``, ``stderr`` or ``All``). ``container`` picks one program (default '': the main
+  program; ``kubectl logs -c NAME`` sends it); ``allContainers=true`` returns every program's lines,
+  those of other containers than the main program prefixed ``[NAME] ``.
 
-Filters apply in this order: stream and since, then ``tailLines`` (the newest lines that passed),
+Filters apply in this order: container, stream and since, then ``tailLines`` (the newest lines that passed),
 then ``limitBytes`` on the bytes sent (a line may be cut). The first page is read before the
 response starts, so a failure there is a Status; later pages are streamed, ``PAGE`` lines at a
 time. ``follow`` polls storage every ``POLL_SECONDS`` and ends once the attempt is in a terminal
@@ -20,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,9 +61,12 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 JOB_LABEL = "nodus.dev/job"
 INDEX_LABEL = "nodus.dev/index"
 
-_ENTRY_SHAPE = '{"stream": "stdout"|"stderr", "time": "<RFC 3339 time with zone>", "line": "<text>"}'
+_ENTRY_SHAPE = (
+    '{"stream": "stdout"|"stderr", "time": "<RFC 3339 time with zone>", "line": "<text>", "container": "<optional>"}'
+)
 _STREAM_VALUES = {"stdout": "stdout", "stderr": "stderr", "all": None}
 _MAX_CAUSES = 20
+_CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LARGEST = 2**62
 
 
@@ -72,6 +80,7 @@ class LogOptions:
     timestamps: bool = False
     limit_bytes: int | None = None
     stream: str | None = None  # None: both
+    container: str | None = ""  # '': the main program; None: every container (allContainers)
 
 
 def _bool(params: QueryParams, key: str) -> bool:
@@ -83,7 +92,9 @@ def _bool(params: QueryParams, key: str) -> bool:
     raise bad_request(f'{key} must be true or false, got "{params[key]}"', fix=f"Pass {key}=true or {key}=false.")
 
 
-def _int(params: QueryParams, key: str, minimum: int) -> int | None:
+def int_param(params: QueryParams, key: str, minimum: int) -> int | None:
+    """The integer query parameter ``key`` (None when absent); a 400 Status when it is below ``minimum``
+    or not an integer. Values beyond any log's size are clamped."""
     if key not in params:
         return None
     try:
@@ -100,7 +111,7 @@ def _int(params: QueryParams, key: str, minimum: int) -> int | None:
 
 def parse_options(params: QueryParams) -> LogOptions:
     """The log options of a GET; a 400 Status naming the parameter when one is malformed."""
-    since_seconds = _int(params, "sinceSeconds", 1)
+    since_seconds = int_param(params, "sinceSeconds", 1)
     since_time: datetime | None = None
     if "sinceTime" in params:
         if since_seconds is not None:
@@ -121,13 +132,26 @@ def parse_options(params: QueryParams) -> LogOptions:
             f'stream must be stdout, stderr or All, got "{raw_stream}"',
             fix="Pass stream=stdout, stream=stderr or leave it out for both streams.",
         )
+    container = params.get("container", "")
+    if container and not _CONTAINER.fullmatch(container):
+        raise bad_request(
+            f'container must be a lower-case DNS label such as "init" or "sidecar-proxy", got "{container}"',
+            fix="Pass container=NAME for an init command or a sidecar, or leave it out for the main program.",
+        )
+    all_containers = _bool(params, "allContainers")
+    if all_containers and container:
+        raise bad_request(
+            "at most one of container or allContainers=true may be specified",
+            fix="Keep container=NAME for one program, or allContainers=true for every program.",
+        )
     return LogOptions(
         follow=_bool(params, "follow"),
-        tail_lines=_int(params, "tailLines", 0),
+        tail_lines=int_param(params, "tailLines", 0),
         since_time=since_time,
         timestamps=_bool(params, "timestamps"),
-        limit_bytes=_int(params, "limitBytes", 1),
+        limit_bytes=int_param(params, "limitBytes", 1),
         stream=_STREAM_VALUES[raw_stream.lower()],
+        container=None if all_containers else container,
     )
 
 
@@ -159,6 +183,17 @@ def _entry(value: Any, path: Path, problems: list[FieldError]) -> LogEntry | Non
         return None
     found = len(problems)
     stream, time, line = value.get("stream"), value.get("time"), value.get("line")
+    container = value.get("container", "")
+    if container is None:
+        container = ""
+    if not isinstance(container, str):
+        problems.append(fieldpath.invalid(path.child("container"), None, "must be a string"))
+    elif container and not _CONTAINER.fullmatch(container):
+        problems.append(
+            fieldpath.invalid(
+                path.child("container"), container, "must be '' (the main program) or a lower-case DNS label"
+            )
+        )
     if stream is None:
         problems.append(fieldpath.required(path.child("stream"), 'one of "stdout", "stderr"'))
     elif stream not in STREAMS:
@@ -179,11 +214,11 @@ def _entry(value: Any, path: Path, problems: list[FieldError]) -> LogEntry | Non
         problems.append(fieldpath.required(path.child("line"), "the text of the line (may be empty)"))
     elif not isinstance(line, str):
         problems.append(fieldpath.invalid(path.child("line"), None, "must be a string"))
-    if len(problems) > found or parsed is None or not isinstance(line, str):
+    if len(problems) > found or parsed is None or not isinstance(line, str) or not isinstance(container, str):
         return None
     # A line is one line: the newline that ended it is not part of it.
     text = line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
-    return LogEntry(str(stream), parsed, text)
+    return LogEntry(str(stream), parsed, text, container)
 
 
 def parse_entries(body: bytes, name: str) -> list[LogEntry]:
@@ -243,6 +278,10 @@ def _stamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
 
+def _labelled(line: LogLine) -> LogLine:
+    return replace(line, line=f"[{line.container}] {line.line}") if line.container else line
+
+
 class _Reader:
     """The log of one attempt as one request wants it: the first page eagerly, then the rest."""
 
@@ -260,7 +299,12 @@ class _Reader:
         options = self._options
         head = await self._logs.last_seq(self._uid) if options.tail_lines is not None else 0
         self._first = await self._logs.read(
-            self._uid, since_time=options.since_time, tail_lines=options.tail_lines, stream=options.stream, limit=PAGE
+            self._uid,
+            since_time=options.since_time,
+            tail_lines=options.tail_lines,
+            stream=options.stream,
+            container=options.container,
+            limit=PAGE,
         )
         last = self._first[-1].seq if self._first else 0
         # A short tail page holds every line up to ``head`` that passed the filters: follow after it.
@@ -285,7 +329,12 @@ class _Reader:
                 # Before the read: every line stored before the attempt finished is in this read.
                 finished = await self._finished()
             lines = await self._logs.read(
-                self._uid, after_seq=self._position, since_time=options.since_time, stream=options.stream, limit=PAGE
+                self._uid,
+                after_seq=self._position,
+                since_time=options.since_time,
+                stream=options.stream,
+                container=options.container,
+                limit=PAGE,
             )
             if lines:
                 self._position = lines[-1].seq
@@ -299,7 +348,10 @@ class _Reader:
     async def chunks(self) -> AsyncIterator[bytes]:
         remaining = self._options.limit_bytes
         stamps = self._options.timestamps
-        async for lines in self.pages():
+        # With allContainers, lines of other programs than the main one carry their container's name.
+        labelled = self._options.container is None
+        async for page in self.pages():
+            lines = [_labelled(line) for line in page] if labelled else page
             if stamps:
                 text = "".join(f"{_stamp(line.time)} {line.line}\n" for line in lines)
             else:
@@ -409,8 +461,8 @@ async def job_log(request: Request) -> Response:
     await server.authorizer.authorize(principal, "get", jobs, namespace, name, "log")
     params = request.query_params
     options = parse_options(params)
-    index = _int(params, "index", 0) or 0
-    number = _int(params, "attempt", 1)
+    index = int_param(params, "index", 0) or 0
+    number = int_param(params, "attempt", 1)
     job = await server.storage.get(Key(jobs.kind, namespace, name))
     if job is None:
         raise not_found(jobs.plural, GROUP, name)

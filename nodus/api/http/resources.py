@@ -3,6 +3,11 @@
 A handler authenticates, resolves the path, authorises, decodes and checks the body's fields
 against the kind's schema (``fieldValidation``), calls the generic store, and renders the result in
 the representation the client accepts.
+
+A kind whose stored object differs from what clients may see (``KindInfo.served``: Secret) is served
+through that function on every path: get, list (built whole rather than streamed from the stored
+bytes), write and delete responses, Tables and metadata-only forms. Patches and applies are computed
+against the served form too, so that what a client reads is what its patch applies to.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from nodus.api.patching import json_patch, merge_patch
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
 from nodus.api.store import GenericStore
+from nodus.api.strategy import Object
 from nodus.apimachinery.units import format_time, now
 
 _FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
@@ -70,6 +76,11 @@ def check_fields(ctx: RequestContext, info: KindInfo, obj: Any, duplicates: list
     return decoding.plain(obj)
 
 
+def served(info: KindInfo, obj: Object) -> Object:
+    """The object as clients see it (the kind's ``served`` function; most kinds: the object itself)."""
+    return info.served(obj) if info.served is not None else obj
+
+
 async def _body(request: Request, ctx: RequestContext, info: KindInfo, yaml_allowed: bool = True) -> Any:
     value, duplicates = decoding.decode(await request.body(), yaml_allowed)
     return check_fields(ctx, info, value, duplicates)
@@ -84,6 +95,7 @@ def _render(
     include: str = "Metadata",
 ) -> Response:
     warnings = ctx.warnings if ctx else None
+    obj = served(info, obj)
     if representation == "table":
         return respond(tables.table(info, [obj], include), status, warnings=warnings)  # type: ignore[arg-type]
     if representation == "metadata":
@@ -217,6 +229,7 @@ async def _patch(server: APIServer, request: Request, principal: Principal, targ
     patch_value = decoding.plain(raw)
 
     def patched(current: dict[str, Any]) -> dict[str, Any]:
+        current = served(info, current)
         if kind == negotiation.MERGE_PATCH:
             if not isinstance(patch_value, dict):
                 raise bad_request("a merge patch is a JSON object")
@@ -259,7 +272,7 @@ async def _apply(
     def apply_to(live: dict[str, Any] | None) -> dict[str, Any]:
         try:
             return fieldmanagement.apply(
-                live,
+                served(info, live) if live is not None else None,
                 applied,
                 manager=ctx.field_manager,
                 force=force,
@@ -356,6 +369,6 @@ async def _delete_collection(server: APIServer, request: Request, principal: Pri
             if error.reason == "NotFound":
                 continue
             raise
-        deleted.append(obj)
+        deleted.append(served(info, obj))
     body = {"kind": info.list_kind, "apiVersion": API_VERSION, "metadata": {}, "items": deleted}
     return respond(body, 200, warnings=ctx.warnings)

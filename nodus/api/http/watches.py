@@ -5,6 +5,9 @@ shared by every watcher, so the work per watcher is a filter and a write. Select
 on the object before and after each change, so an object that starts to match is sent as ADDED
 and one that stops matching as DELETED, as kube-apiserver does. Errors after the stream began (a
 watcher so far behind that its position left the log) arrive as an ERROR event with a Status.
+
+A kind whose stored object is not what clients see (``KindInfo.served``: Secret) never gets the shared
+bytes: its encoder decodes each event and serialises the served form for each watcher.
 """
 
 from __future__ import annotations
@@ -85,15 +88,25 @@ class _Encoder:
         self.table = representation == "table"
         self.include = include
         self.headers_sent = False
+        # The stored bytes may be sent as they are: JSON, of a kind served as stored.
+        self.shares_bytes = not self.table and info.served is None
 
     def event(self, kind: str, event: Event) -> bytes:
-        if not self.table and kind == event.type:
+        if self.shares_bytes and kind == event.type:
             return event.line()
-        if not self.table:
+        if self.shares_bytes:
             return b'{"type":"' + kind.encode() + b'","object":' + event.body + b"}\n"
         return self.object(kind, event.object())
 
+    def initial(self, text: bytes) -> bytes:
+        """An ADDED event for a stored object of the initial list."""
+        if self.shares_bytes:
+            return b'{"type":"ADDED","object":' + text + b"}\n"
+        return self.object("ADDED", orjson.loads(text))
+
     def object(self, kind: str, obj: dict[str, Any]) -> bytes:
+        if self.info.served is not None:
+            obj = self.info.served(obj)
         if not self.table:
             return _line(kind, obj)
         table = tables.table(self.info, [obj], self.include, headers=not self.headers_sent)  # type: ignore[arg-type]
@@ -154,7 +167,7 @@ class _LiveWatcher:
         if kind is None:
             return True
         self._sent.inc()
-        if kind == event.type:  # the common case: the event's own bytes, framed once for everyone
+        if kind == event.type and self._encoder.shares_bytes:  # the common case: bytes framed once for all
             return self._write_chunk(event.chunk())
         return self.write(self._encoder.event(kind, event))
 
@@ -212,10 +225,7 @@ class _Watch:
         live: _LiveWatcher | None = None
         try:
             for text in self.initial:
-                if encoder.table:
-                    await chunk(encoder.object("ADDED", orjson.loads(text)))
-                else:
-                    await chunk(b'{"type":"ADDED","object":' + text + b"}\n")
+                await chunk(encoder.initial(text))
             if options.send_initial_events:
                 await chunk(encoder.bookmark(self.start, initial_end=True))
             position, last_bookmark = self.start, loop.time()

@@ -17,8 +17,10 @@ from typing import Literal
 from pydantic import Field
 
 from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.spec import EnvVar
+from nodus.api.kinds.job.spec import EnvVar, InitCommand, Network, Sidecar
 from nodus.api.kinds.job.spec_capacity import Placement, Resources
+from nodus.api.kinds.job.spec_data import JobOutput
+from nodus.api.kinds.job.status import InputStatus, OutputStatus, Progress, SourceStatus, UnitMetrics, VolumeStatus
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
@@ -37,24 +39,99 @@ class StopRequest(JobModel):
     requested_time: str | None = Field(None, description="RequestedTime is when the stop was asked for.")
 
 
+class PinnedSecret(JobModel):
+    """PinnedSecret is one Secret at the version the Job pinned; uid tells a recreated Secret apart."""
+
+    name: str = Field(min_length=1, description="Name is the Secret.")
+    uid: str = Field(min_length=1, description="UID is the Secret's uid when it was pinned.")
+    version: int = Field(ge=1, description="Version is the pinned version.")
+
+
+class BucketObject(JobModel):
+    """BucketObject names an object behind an S3 Connection."""
+
+    connection: str = Field(min_length=1, description="Connection is the S3 Connection.")
+    uri: str = Field(min_length=1, description="URI is s3://bucket/key.")
+
+
+class PinnedInput(JobModel):
+    """PinnedInput is one input as the agent fetches it: exactly one of url, bucket and blob."""
+
+    blob: str | None = Field(None, description="Blob is the sha256:<hex> blob of an output or Volume revision.")
+    bucket: BucketObject | None = Field(None, description="Bucket is an object behind an S3 Connection.")
+    name: str = Field(min_length=1, description="Name is the input, materialised at /nodus/inputs/<name>.")
+    sha256: str | None = Field(None, description="SHA256 is the digest the content must have, when pinned.")
+    url: str | None = Field(None, description="URL is an https:// file.")
+
+
+class PinnedVolume(JobModel):
+    """PinnedVolume is one Volume mount: read-only at a pinned revision, or writable from the latest."""
+
+    blob: str | None = Field(None, description="Blob is the revision's sha256:<hex> blob (none: empty).")
+    mount_path: str = Field(min_length=1, description="MountPath is where it is mounted.")
+    read_only: bool = Field(False, description="ReadOnly mounts it read-only.")
+    revision: int | None = Field(None, ge=1, description="Revision is the revision mounted (or written from).")
+    volume: str = Field(min_length=1, description="Volume is the Volume's name.")
+
+
+class ConnectionSecret(JobModel):
+    """ConnectionSecret names the Secret (and key) holding a Connection's credentials."""
+
+    key: str | None = Field(None, description="Key is the Secret key holding the DSN (Postgres).")
+    name: str = Field(description="Name is the Secret.")
+
+
+class PinnedConnection(JobModel):
+    """PinnedConnection is a Connection as the Job uses it; its Secret is pinned with the others."""
+
+    name: str = Field(min_length=1, description="Name is the Connection.")
+    s3: dict[str, str] | None = Field(None, description="S3 holds endpoint, region and bucket.")
+    secret: ConnectionSecret | None = Field(None, description="Secret holds the credentials.")
+    type: str = Field(min_length=1, description="Type is S3, Postgres, Neon or Supabase.")
+
+
+class AttemptSourceGit(JobModel):
+    """AttemptSourceGit is the repository and the ref (the pinned commit once resolved)."""
+
+    ref: str = Field("", description="Ref is a branch, tag or commit; the pinned commit once resolved.")
+    repo: str = Field(min_length=1, description="Repo is owner/name or an https:// URL.")
+
+
+class AttemptSource(JobModel):
+    """AttemptSource is the code to check out before initCommand: git or blob, at path."""
+
+    blob: str | None = Field(None, description="Blob is the sha256:<hex> blob to unpack.")
+    git: AttemptSourceGit | None = Field(None, description="Git is the repository to check out.")
+    path: str = Field(min_length=1, description="Path is where the code goes (default workingDir).")
+
+
 class AttemptSpec(JobModel):
     """AttemptSpec pins one run of one index: what to run, under which constraints, and where."""
 
     args: list[str] | None = Field(None, description="Args are the arguments to the command.")
     command: list[str] | None = Field(None, description="Command is the argv (the Job's command).")
+    connections: list[PinnedConnection] | None = Field(None, description="Connections are the Job's, resolved.")
     env: list[EnvVar] | None = Field(None, description="Env is the Job's environment (Secret references, not values).")
     expected_duration: str | None = Field(None, description="ExpectedDuration is the Job's, for placement.")
     image: str | None = Field(None, description="Image is the Job's image reference, recorded.")
     index: int = Field(ge=0, description="Index is the completion index this attempt runs.")
+    init_command: InitCommand | None = Field(None, description="InitCommand runs before the command.")
+    inputs: list[PinnedInput] | None = Field(None, description="Inputs are the pinned inputs.")
     job: str = Field(min_length=1, description="Job is the owning Job's name.")
     job_uid: str = Field(alias="jobUID", min_length=1, description="JobUID is the owning Job's uid.")
+    network: Network | None = Field(None, description="Network is the Job's egress policy.")
     node: str | None = Field(None, description="Node is the host that runs it, set once capacity is assigned.")
     number: int = Field(ge=1, description="Number is the attempt's number within its index, from 1 (all causes).")
     offering: str | None = Field(None, description="Offering is the offering its host provides.")
+    outputs: list[JobOutput] | None = Field(None, description="Outputs are the Job's declared outputs.")
     placement: Placement | None = Field(None, description="Placement is the Job's placement, copied.")
     resources: Resources | None = Field(None, description="Resources are the Job's resources, copied.")
     scaledown_window: str | None = Field(None, description="ScaledownWindow keeps the host warm after the Job ends.")
+    secrets: list[PinnedSecret] | None = Field(None, description="Secrets are the pinned Secrets (never values).")
+    sidecars: list[Sidecar] | None = Field(None, description="Sidecars are the Job's sidecars.")
+    source: AttemptSource | None = Field(None, description="Source is the code to check out.")
     stop: StopRequest | None = Field(None, description="Stop asks the agent to stop the attempt.")
+    volumes: list[PinnedVolume] | None = Field(None, description="Volumes are the pinned Volume mounts.")
     working_dir: str | None = Field(None, description="WorkingDir is the directory the command starts in.")
 
 
@@ -84,17 +161,24 @@ class AttemptStatus(JobModel):
     exit_code: int | None = Field(None, description="ExitCode is the program's exit status.")
     finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
     gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the visible GPUs.")
+    inputs: list[InputStatus] | None = Field(None, description="Inputs are the inputs with their verified digests.")
+    inputs_ready_time: str | None = Field(None, description="InputsReadyTime is when the inputs were in place.")
     message: str | None = Field(None, description="Message explains the phase (at most three log lines on failure).")
     phase: AttemptPhase | None = Field(
         None, description="Phase is Pending, Provisioning, Starting, Running, Succeeded, Failed, Lost or Stopped."
     )
+    outputs: list[OutputStatus] | None = Field(None, description="Outputs are the outputs it committed.")
     placement: AttemptPlacement | None = Field(None, description="Placement is the scheduler's decision.")
+    progress: Progress | None = Field(None, description="Progress is what the program reported.")
     provisioning_time: str | None = Field(None, description="ProvisioningTime is when capacity was assigned.")
     reason: str | None = Field(None, description="Reason is a CamelCase code for the phase.")
     runtime: AttemptRuntime | None = Field(None, description="Runtime says how the command ran.")
     scheduled_time: str | None = Field(None, description="ScheduledTime is when the scheduler placed it.")
     signal: int | None = Field(None, description="Signal is the signal that ended the program, if any.")
+    source: SourceStatus | None = Field(None, description="Source is the code it checked out.")
     start_time: str | None = Field(None, description="StartTime is when the program started running.")
+    unit_metrics: UnitMetrics | None = Field(None, description="UnitMetrics summarize its per-unit timings.")
+    volumes: list[VolumeStatus] | None = Field(None, description="Volumes are the revisions writable mounts wrote.")
 
 
 class AttemptStrategy(Strategy):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from nodus.api.kinds.attempt import ATTEMPT
+from nodus.api.kinds.connection import CONNECTION
 from nodus.api.kinds.job import JOB
 from nodus.api.kinds.lease import LEASE
 from nodus.api.kinds.node import NODE
 from nodus.api.kinds.offering import OFFERING
 from nodus.api.kinds.project import PROJECT
+from nodus.api.kinds.secret import SECRET
+from nodus.api.kinds.volume import VOLUME
 from nodus.api.registry import Registry
 
 
@@ -19,4 +22,7 @@ def registry() -> Registry:
     kinds.register(NODE)
     kinds.register(LEASE)
     kinds.register(OFFERING)
+    kinds.register(VOLUME)
+    kinds.register(SECRET)
+    kinds.register(CONNECTION)
     return kinds

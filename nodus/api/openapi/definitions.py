@@ -281,6 +281,8 @@ def kind_definition(info: KindInfo) -> Schema:
         properties["spec"] = model_schema(info.spec_model)
     if info.status_model is not None:
         properties["status"] = model_schema(info.status_model)
+    if info.top_level_model is not None:  # fields beside metadata, as a Secret's data and type
+        properties.update(model_schema(info.top_level_model).get("properties") or {})
     schema: Schema = {
         "type": "object",
         "description": info.description,

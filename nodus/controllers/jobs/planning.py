@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import statusreasons, units
-from nodus.controllers.jobs import conditions, ranges
+from nodus.controllers.jobs import conditions, pinning, ranges, reporting
 from nodus.controllers.jobs.slots import BOUND, Slots, phase
 
 Object = dict[str, Any]
@@ -29,8 +29,8 @@ FINALIZER = "nodus.dev/stop-attempts"
 RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
-# Fields the agent does not materialise yet (the data plane): a Job using them would run wrongly.
-_NOT_YET = ("inputs", "secrets", "volumes", "source", "initCommand", "sidecars", "connections", "imagePullSecrets")
+# An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
+PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
 
 
 @dataclass
@@ -52,7 +52,9 @@ class Plan:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
 
-def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
+def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup | None = None) -> Plan:
+    """Decide for ``job``; ``lookup`` finds the objects its data plane names (none: no such objects)."""
+    lookup = lookup or _nothing
     spec: Object = job.get("spec") or {}
     meta: Object = job.get("metadata") or {}
     status = copy.deepcopy(job.get("status") or {})
@@ -68,6 +70,7 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
         return result
 
     _count(status, spec, slots)
+    reporting.collect(status, spec, slots, now)
     if status.get("phase") in TERMINAL_PHASES:
         result.stop = [(a, str(status.get("reason") or "Superseded")) for a in live]
         result.remove_finalizer = has_finalizer and not live
@@ -75,9 +78,13 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
         return result
 
     if status.get("phase", "Pending") == "Pending":
-        unsupported = [name for name in _NOT_YET if spec.get(name)] + _secret_env(spec) + _not_yet_placed(spec)
+        unsupported = _not_yet_placed(spec)
         if unsupported:
             return _finish(result, slots, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
+        pinned = pinning.pin(spec, lookup)
+        if isinstance(pinned, pinning.Blocked):
+            return _blocked(result, slots, now, pinned, meta)
+        status.update(pinned.status())
         _admit(status, spec, meta, now)
         result.add_finalizer = not has_finalizer
     elif not has_finalizer:
@@ -117,6 +124,9 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
         result.wake_at(now, queue_deadline)
 
     backoff_limit = int(spec.get("backoffLimit", 6))
+    permanent = _permanent_failure(slots)
+    if permanent is not None:
+        return _finish(result, slots, now, "Failed", *permanent)
     if slots.failed > backoff_limit:
         last = slots.last_failed()
         detail = str(((last or {}).get("status") or {}).get("message") or "")
@@ -136,9 +146,41 @@ def plan(job: Object, attempts: list[Object], now: datetime) -> Plan:
             result, slots, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded."
         )
 
-    result.create = _new_attempts(job, slots, completions, int(spec.get("parallelism", 1)))
+    indexes = _indexes_to_start(slots, completions, int(spec.get("parallelism", 1)))
+    if indexes:
+        pins = pinning.pin(spec, lookup, status)
+        if isinstance(pins, pinning.Blocked):
+            if pins.final:
+                return _finish(result, slots, now, "Failed", pins.reason, pins.message)
+            _reason(status, pins.reason, pins.message)
+            _derive_phase(status, slots, live, False)
+            return result
+        result.create = [attempt_for(job, index, slots.slot(index).next_number, pins) for index in indexes]
     _derive_phase(status, slots, live, bool(result.create))
     return result
+
+
+def _nothing(plural: str, name: str) -> Object | None:
+    return None
+
+
+def _blocked(result: Plan, slots: Slots, now: datetime, blocked: pinning.Blocked, meta: Object) -> Plan:
+    """Admission cannot pin what the Job reads: it fails, or waits Pending saying for what."""
+    if blocked.final:
+        return _finish(result, slots, now, "Failed", blocked.reason, blocked.message)
+    status = result.status
+    status["phase"] = "Pending"
+    conditions.set(status, "Admitted", "False", blocked.reason, blocked.message, now, meta.get("generation"))
+    _reason(status, blocked.reason, blocked.message)
+    return result
+
+
+def _permanent_failure(slots: Slots) -> tuple[str, str] | None:
+    for attempt in _all(slots):
+        attempt_status = attempt.get("status") or {}
+        if phase(attempt) == "Failed" and attempt_status.get("reason") in PERMANENT_REASONS:
+            return str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+    return None
 
 
 def _count(status: Object, spec: Object, slots: Slots) -> None:
@@ -266,33 +308,49 @@ def _reason(status: Object, reason: str | None, message: str | None) -> None:
     status["fix"] = statusreasons.get(reason).fix
 
 
-def _new_attempts(job: Object, slots: Slots, completions: int, parallelism: int) -> list[Object]:
+def _indexes_to_start(slots: Slots, completions: int, parallelism: int) -> list[int]:
     room = parallelism - len(slots.live())
-    out: list[Object] = []
+    out: list[int] = []
     for index in range(completions):
         if room <= 0:
             break
         slot = slots.slot(index)
         if slot.succeeded or slot.live:
             continue
-        out.append(attempt_for(job, index, slot.next_number))
+        out.append(index)
         room -= 1
     return out
 
 
-def attempt_for(job: Object, index: int, number: int) -> Object:
+# Copied from the Job's spec into every Attempt as they are.
+_COPIED = (
+    "command",
+    "args",
+    "workingDir",
+    "env",
+    "resources",
+    "placement",
+    "expectedDuration",
+    "scaledownWindow",
+    "initCommand",
+    "sidecars",
+    "network",
+    "outputs",
+)
+
+
+def attempt_for(job: Object, index: int, number: int, pins: pinning.Pins | None = None) -> Object:
     """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned."""
     meta, spec = job["metadata"], job.get("spec") or {}
-    pinned = {
-        key: spec[key]
-        for key in ("command", "args", "workingDir", "env", "resources", "placement", "expectedDuration")
-        if spec.get(key) is not None
-    }
-    if spec.get("scaledownWindow") is not None:
-        pinned["scaledownWindow"] = spec["scaledownWindow"]
+    pinned = {key: spec[key] for key in _COPIED if spec.get(key) is not None}
     image = spec.get("image") or spec.get("imageRef")
     if image:
         pinned["image"] = image
+    if pins is not None:
+        pinned.update(pins.attempt())
+    source = reporting.pinned_source(spec, job.get("status") or {})
+    if source is not None:
+        pinned["source"] = source
     return {
         "apiVersion": "nodus.dev/v1",
         "kind": "Attempt",
@@ -357,14 +415,6 @@ def _not_yet_placed(spec: Object) -> list[str]:
     """Gangs (``distributed``) and bring-your-own-cloud pools are placed by later releases."""
     out = ["distributed"] if spec.get("distributed") else []
     return [*out, "placement.pool"] if (spec.get("placement") or {}).get("pool") else out
-
-
-def _secret_env(spec: Object) -> list[str]:
-    return [
-        f"env[{i}].valueFrom"
-        for i, env in enumerate(spec.get("env") or [])
-        if isinstance(env, dict) and env.get("valueFrom")
-    ]
 
 
 def _all(slots: Slots) -> list[Object]:

@@ -23,6 +23,9 @@ Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.jobs")
 
 JOB_UID_INDEX = "job-uid"
+WAITING_INDEX = "waiting"
+# The kinds a Job's data plane names, found through their informers at admission.
+REFERENCED = ("secrets", "volumes", "connections", "jobs")
 
 
 def job_uid_of(attempt: Object) -> list[str]:
@@ -30,13 +33,23 @@ def job_uid_of(attempt: Object) -> list[str]:
     return [uid] if isinstance(uid, str) else []
 
 
+def waiting_in(job: Object) -> list[str]:
+    """Index of Jobs not admitted yet, by project: they wait for objects that may appear."""
+    if (job.get("status") or {}).get("phase", "Pending") != "Pending":
+        return []
+    return [str(job["metadata"].get("namespace") or "")]
+
+
 class JobReconciler:
     """Reconciles one Job, keyed by (project, name)."""
 
-    def __init__(self, client: Client, jobs: Informer, attempts: Informer) -> None:
+    def __init__(
+        self, client: Client, jobs: Informer, attempts: Informer, referenced: dict[str, Informer] | None = None
+    ) -> None:
         self._client = client
         self._jobs = jobs
         self._attempts = attempts
+        self._referenced = {"jobs": jobs, **(referenced or {})}
         self._written: dict[tuple[str | None, str], int] = {}  # key -> resourceVersion of our last write
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
@@ -53,7 +66,13 @@ class JobReconciler:
             # stale (409). The watch event of that write brings this key back.
             return Result(requeue_after=1.0)
         attempts = self._attempts.by_index(JOB_UID_INDEX, job["metadata"]["uid"])
-        decided = planning.plan(job, attempts, units.now())
+        informers = self._referenced
+
+        def lookup(plural: str, other: str) -> Object | None:
+            informer = informers.get(plural)
+            return informer.get(namespace, other) if informer is not None else None
+
+        decided = planning.plan(job, attempts, units.now(), lookup)
         for body in decided.create:
             with contextlib.suppress(errors.AlreadyExists):
                 await self._client.create("attempts", body, namespace)

@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from nodus.apimachinery.sealing import Keyring
 from nodus.storage import database
+from tests.agent.support_https import HttpsServer
 from tests.support import cluster as clusters
 from tests.support import controllers
 from tests.support.objects import API
@@ -34,6 +36,10 @@ class Running:
     directory: Path
     # Standby controller processes some tests start; stopped with the cluster.
     others: list[controllers.ControllerProcess] = field(default_factory=list)
+    # An HTTPS server with its own CA, which the simulated hosts' agents trust: files put in
+    # ``www`` are served at ``https.url``.
+    https: HttpsServer | None = None
+    www: Path | None = None
 
     def client(self, user: str = "admin") -> httpx.Client:
         return self.cluster.client(user)
@@ -90,9 +96,15 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
     url = asyncio.run(database.create_database(database_server))
     database.migrate(url)
     directory = tmp_path_factory.mktemp("running")
-    cluster = clusters.start(directory, url, extra_args=("--watch-bookmark-interval", "1s"), migrate=False)
-    leader = controllers.start(cluster, directory, "first")
-    running = Running(cluster, leader, directory)
+    keys = directory / "secret-keys"
+    Keyring.generate(keys)
+    extra = ("--watch-bookmark-interval", "1s", "--secret-key-file", str(keys))
+    cluster = clusters.start(directory, url, extra_args=extra, migrate=False)
+    www = directory / "www"
+    www.mkdir()
+    https = HttpsServer(www, directory / "certificates")
+    leader = controllers.start(cluster, directory, "first", ("--sim-agent-trust-ca", str(https.ca_file)))
+    running = Running(cluster, leader, directory, https=https, www=www)
     try:
         controllers.wait_for_leader(cluster, "first")
         yield running
@@ -100,4 +112,5 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
         for process in {id(p): p for p in (leader, running.controllers, *running.others)}.values():
             process.stop()
         cluster.stop()
+        https.close()
         asyncio.run(database.drop_database(url))

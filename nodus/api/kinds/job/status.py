@@ -220,6 +220,15 @@ class Topology(JobModel):
     total_gpus: int | None = Field(None, alias="totalGPUs", ge=1, description="TotalGPUs is nodes × gpusPerNode.")
 
 
+class VolumeStatus(JobModel):
+    """VolumeStatus is a Volume revision a mount used: pinned (read-only) or written (writable, on success)."""
+
+    mount_path: str | None = Field(None, description="MountPath is where it was mounted.")
+    read_only: bool | None = Field(None, description="ReadOnly is true for a read-only mount.")
+    revision: int | None = Field(None, ge=1, description="Revision is the pinned, or the newly written, revision.")
+    volume: str | None = Field(None, description="Volume is the Volume's name.")
+
+
 class UnitMetrics(JobModel):
     """UnitMetrics summarize per-unit timings."""
 
@@ -338,3 +347,8 @@ class JobStatus(JobModel):
         None, description="Topology is the resolved shape of a gang Job; it never changes across epochs."
     )
     unit_metrics: UnitMetrics | None = Field(None, description="UnitMetrics summarize per-unit timings.")
+    volumes: list[VolumeStatus] | None = Field(
+        None,
+        description="Volumes are the Volume revisions the Job's mounts used: the pinned revision of each read-only "
+        "mount, and the revision each writable mount wrote when the Job succeeded (a Nodus extension).",
+    )

@@ -1,0 +1,246 @@
+"""Before the program: Secrets, inputs, Volumes and source put in place for one attempt, as pinned.
+
+Everything comes from the Attempt's spec, which the Job controller pinned at admission: Secrets by
+``(uid, version)``, outputs and Volume revisions by blob digest, URL and bucket inputs by SHA-256
+when one is known. :func:`prepare` fetches each into the attempt's layout and returns what the
+runtime needs (extra mounts, the Secret env) and what the Attempt's status reports (each input's
+verified digest, the resolved commit).
+
+Where things land (host side -> inside the sandbox):
+
+* Secret ``NAME`` key ``KEY`` -> ``/nodus/secrets/NAME/KEY`` (files 0400 in a 0700 tree, the agent's
+  user only); ``secretKeyRef`` env values are decoded as UTF-8 into the program's environment.
+* input ``NAME`` -> ``/nodus/inputs/NAME``: a file, or a directory for an archived output or a
+  Volume revision (``inputs`` is read-only inside).
+* Volume mount ``i`` -> its ``mountPath``: unpacked from the pinned revision (read-only), or from the
+  latest (writable; packed into a new revision when the attempt succeeds, see ``collecting``).
+* source -> its path (default the working directory).
+
+A failure raises :class:`PrepareFailed` with the Attempt reason to report: ``InputDigestMismatch``,
+``SecretChanged`` and ``SourceUnavailable`` fail the Job at once (the same content would fail the
+same way), ``InputFetchFailed`` counts as a customer failure and is retried. Values of Secrets are
+never logged and never part of a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from nodus.agent import archives, fetching, source
+from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
+from nodus.agent.runtime import Mount
+from nodus.client import Client, errors
+
+Object = dict[str, Any]
+
+
+class PrepareFailed(Exception):
+    """The attempt cannot start; ``reason`` is the Attempt's status reason, the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Prepared:
+    """What the runtime and the status need from the preparation."""
+
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    sidecar_env: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    mounts: list[Mount] = field(default_factory=list)
+    inputs: list[Object] = field(default_factory=list)
+    source: Object | None = None
+    # Host directory of each sandbox path outside /nodus that outlives the program (for outputs).
+    persistent: dict[str, Path] = field(default_factory=dict)
+    # The pinned Secrets' values, for sinks' DSNs; never printed (repr=False).
+    secret_values: dict[str, dict[str, bytes]] = field(default_factory=dict, repr=False)
+
+
+async def prepare(
+    client: Client, attempt: Object, layout: AttemptLayout, working_dir: str, trust_ca: str | None = None
+) -> Prepared:
+    """Fetch everything ``attempt`` reads into ``layout``; raises PrepareFailed."""
+    spec = attempt.get("spec") or {}
+    namespace = str(attempt["metadata"]["namespace"])
+    prepared = Prepared(persistent={working_dir: layout.workdir})
+    values = await _secrets(client, namespace, spec, layout)
+    prepared.secret_values = values
+    prepared.env = _secret_env(spec.get("env"), values)
+    prepared.sidecar_env = {
+        str(sidecar["name"]): _secret_env(sidecar.get("env"), values) for sidecar in spec.get("sidecars") or []
+    }
+    connections = {str(c["name"]): c for c in spec.get("connections") or []}
+    for item in spec.get("inputs") or []:
+        prepared.inputs.append(await _input(client, namespace, item, layout, connections, values, trust_ca))
+    for number, mount in enumerate(spec.get("volumes") or []):
+        host = layout.directory / "volumes" / str(number)
+        await _unpack_blob(client, namespace, mount.get("blob"), host, f"Volume {mount['volume']}")
+        prepared.mounts.append(Mount(host, str(mount["mountPath"]), bool(mount.get("readOnly"))))
+        if not mount.get("readOnly"):
+            prepared.persistent[str(mount["mountPath"])] = host
+    if spec.get("source"):
+        prepared.source = await _source(client, namespace, spec["source"], layout, working_dir, prepared, trust_ca)
+    return prepared
+
+
+async def _secrets(client: Client, namespace: str, spec: Object, layout: AttemptLayout) -> dict[str, dict[str, bytes]]:
+    values: dict[str, dict[str, bytes]] = {}
+    for pinned in spec.get("secrets") or []:
+        name = str(pinned["name"])
+        path = f"/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values"
+        params = {"version": str(pinned["version"]), "uid": str(pinned["uid"])}
+        try:
+            response = await client.request("GET", path, params=params)
+        except errors.NotFound as exc:
+            raise PrepareFailed("SecretChanged", f'Secret "{name}" version {pinned["version"]}: {exc}') from None
+        data = response.json().get("data") or {}
+        try:
+            values[name] = {str(k): base64.b64decode(v, validate=True) for k, v in data.items()}
+        except (binascii.Error, ValueError):
+            raise PrepareFailed("SecretChanged", f'Secret "{name}" came back malformed.') from None
+        directory = layout.secrets / name
+        directory.mkdir(mode=0o700, exist_ok=True)
+        for key, value in values[name].items():
+            target = directory / key
+            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(value)
+    return values
+
+
+def _secret_env(items: list[Object] | None, values: dict[str, dict[str, bytes]]) -> dict[str, str]:
+    """The ``secretKeyRef`` variables of ``items`` (an env list), decoded from the pinned values."""
+    env: dict[str, str] = {}
+    for item in items or []:
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef") if isinstance(item, dict) else None
+        if not isinstance(ref, dict):
+            continue
+        name, key = str(ref.get("name")), str(ref.get("key"))
+        try:
+            env[str(item["name"])] = values[name][key].decode("utf-8")
+        except KeyError:
+            raise PrepareFailed("SecretChanged", f'Secret "{name}" key "{key}" is not in the pinned version.') from None
+        except UnicodeDecodeError:
+            raise PrepareFailed(
+                "InputFetchFailed",
+                f'Secret "{name}" key "{key}" is not UTF-8 text, so it cannot be an environment variable; '
+                f"read it from /nodus/secrets/{name}/{key} instead.",
+            ) from None
+    return env
+
+
+async def _input(
+    client: Client,
+    namespace: str,
+    item: Object,
+    layout: AttemptLayout,
+    connections: dict[str, Object],
+    secrets: dict[str, dict[str, bytes]],
+    trust_ca: str | None,
+) -> Object:
+    name = str(item["name"])
+    target = layout.inputs / name
+    expected = item.get("sha256")
+    try:
+        if item.get("url"):
+            digest = await fetching.download(str(item["url"]), target, expected, ca_file=trust_ca)
+        elif item.get("bucket"):
+            digest = await _bucket(item["bucket"], target, expected, connections, secrets)
+        else:
+            await _unpack_blob(client, namespace, item.get("blob"), target, f"input {name}")
+            digest = str(expected or "")
+    except fetching.DigestMismatch as exc:
+        raise PrepareFailed("InputDigestMismatch", f"Input {name}: {exc}") from None
+    except fetching.FetchError as exc:
+        raise PrepareFailed("InputFetchFailed", f"Input {name}: {exc}") from None
+    return {"name": name, "sha256": digest} if digest else {"name": name}
+
+
+async def _bucket(
+    bucket: Object,
+    target: Path,
+    expected: str | None,
+    connections: dict[str, Object],
+    secrets: dict[str, dict[str, bytes]],
+) -> str:
+    connection = connections[str(bucket["connection"])]
+    s3 = connection.get("s3") or {}
+    credentials = secrets.get(str((connection.get("secret") or {}).get("name")), {})
+    bucket_name, key = fetching.parse_s3_uri(str(bucket["uri"]))
+    token = credentials.get("sessionToken")
+    return await fetching.download_s3(
+        endpoint=str(s3.get("endpoint") or "https://s3.amazonaws.com"),
+        region=str(s3.get("region") or "us-east-1"),
+        bucket=bucket_name,
+        key=key,
+        access_key=credentials.get("accessKeyID", b"").decode(),
+        secret_key=credentials.get("secretAccessKey", b"").decode(),
+        session_token=token.decode() if token else None,
+        destination=target,
+        expected_sha256=expected,
+    )
+
+
+async def _unpack_blob(client: Client, namespace: str, blob: Any, target: Path, what: str) -> None:
+    """Unpack blob ``sha256:...`` at ``target`` (a directory for archives, else a file); none: empty dir."""
+    if not blob:
+        await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
+        return
+    path = f"/apis/nodus.dev/v1/namespaces/{namespace}/blobs/{blob}"
+    download = target.parent / f".{target.name}.download"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        head = await client.request("HEAD", path)
+        media_type = head.headers.get("content-type", "application/octet-stream").split(";")[0].strip()
+        with download.open("wb") as handle:
+            async for chunk in client.download(path):
+                handle.write(chunk)
+        archives.unpack(download, target, media_type)
+    except errors.NotFound:
+        raise PrepareFailed("InputUnavailable", f"The content of {what} ({blob}) is gone.") from None
+    except errors.APIError as exc:
+        raise PrepareFailed("InputFetchFailed", f"Could not fetch {what} ({blob}): {exc}") from None
+    finally:
+        download.unlink(missing_ok=True)
+
+
+async def _source(
+    client: Client,
+    namespace: str,
+    spec: Object,
+    layout: AttemptLayout,
+    working_dir: str,
+    prepared: Prepared,
+    trust_ca: str | None,
+) -> Object:
+    path = str(spec.get("path") or working_dir)
+    if PurePosixPath(path) == PurePosixPath(working_dir):
+        host = layout.workdir
+    else:
+        if PurePosixPath(path).is_relative_to(SANDBOX_NODUS_DIR):
+            raise PrepareFailed("SourceUnavailable", f"source path {path} is inside /nodus, which Nodus owns.")
+        host = layout.directory / "source"
+        prepared.mounts.append(Mount(host, path, False))
+        prepared.persistent[path] = host
+    if spec.get("blob"):
+        if host.exists() and host != layout.workdir:
+            shutil.rmtree(host)
+        try:
+            await _unpack_blob(client, namespace, spec["blob"], host, "the source blob")
+        except PrepareFailed as exc:
+            raise PrepareFailed("SourceUnavailable", str(exc)) from None
+        return {"blob": str(spec["blob"])}
+    git = spec.get("git") or {}
+    try:
+        commit = await source.checkout_git(str(git["repo"]), git.get("ref") or None, host, ca_file=trust_ca)
+    except source.SourceError as exc:
+        raise PrepareFailed("SourceUnavailable", f"Could not check out {git.get('repo')}: {exc}") from None
+    return {"commit": commit}

@@ -1,0 +1,354 @@
+"""Secret (``secrets.nodus.dev/v1``): versioned values, sealed at rest, never served (ADR-0013).
+
+Written like a Kubernetes Secret: ``type`` (default ``Opaque``), ``data`` (key -> base64) and/or
+``stringData`` (key -> text, merged over ``data``). What is stored and what is served differ:
+
+* stored: ``type``, ``sealed`` and ``status``. ``sealed.versions`` holds every kept version as
+  ``{"version": n, "keyID": k, "createdTime": t, "values": {key: {"nonce": b64, "ciphertext": b64}}}``,
+  each value sealed with AES-256-GCM (``nodus.apimachinery.sealing``) under associated data
+  ``nodus.dev/Secret, uid, version, key``: a ciphertext moved to another Secret, version or key
+  does not open.
+* served (:func:`served`, the kind's ``KindInfo.served``): ``type`` and ``status: {version, keys,
+  versions: [{version, keys, createdTime}]}``; never ``data``, ``stringData`` or ``sealed``. Values
+  are read back only through the values endpoint (``nodus.api.http.secrets``), by administrators.
+
+Versions: a create makes version 1; an update that sends ``data``/``stringData`` whose values differ
+from the current version's makes the next version (the sent values replace the old ones); an update
+that sends neither keeps the values, so ``kubectl apply`` of a file without ``data``, ``kubectl
+label`` or a read-modify-write of the served form never wipes them. At most ``MAX_VERSIONS`` are
+kept. A Secret deleted and recreated has a new uid, so a Job that pinned (uid, version) notices.
+
+The process's :class:`~nodus.apimachinery.sealing.Keyring` is given once at API server start with
+:func:`configure`. Without one, a write that has values to seal is refused with a 503 Status: the
+one exception to "preparers never raise", since it is the server's configuration, not the object,
+that is at fault. Validation errors never carry a value (the value of a field error is left out).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import re
+from typing import Any
+
+from pydantic import Field
+
+from nodus.api.errors import APIError
+from nodus.api.fieldmanagement import gojson
+from nodus.api.fieldmanagement.lastapplied import LAST_APPLIED_ANNOTATION
+from nodus.api.kinds.job.base import JobModel
+from nodus.api.registry import KindInfo, PrinterColumn
+from nodus.api.strategy import Object, Strategy
+from nodus.apimachinery import fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
+from nodus.apimachinery.units import format_time, now
+
+MAX_BYTES = 1024 * 1024
+MAX_VERSIONS = 32
+KEY_PATTERN = re.compile(r"^[-._a-zA-Z0-9]+$")
+MAX_KEY_LENGTH = 253
+MAX_TYPE_LENGTH = 253
+DEFAULT_TYPE = "Opaque"
+_VALUE_FIELDS = ("data", "stringData")
+
+
+class _Configured:
+    keyring: Keyring | None = None
+
+
+def configure(keyring: Keyring | None) -> None:
+    """Give the Secret kind the process's keyring (the API server does, at start; None: none)."""
+    _Configured.keyring = keyring
+
+
+def keyring() -> Keyring:
+    """The configured keyring; a 503 Status when the server was started without one."""
+    ring = _Configured.keyring
+    if ring is None:
+        raise APIError(
+            "ServiceUnavailable",
+            "this API server was started without --secret-key-file, so it cannot seal or open Secret values",
+            fix="Start the API server with --secret-key-file FILE (one '<key id> <base64 of 32 bytes>' per "
+            "line; `nodus dev` creates <data dir>/secret-keys).",
+        )
+    return ring
+
+
+# --- the served form ---------------------------------------------------------------------------
+
+
+class SecretVersion(JobModel):
+    """SecretVersion is one kept version of the values: its number, its keys and when it was made."""
+
+    version: int = Field(ge=1, description="Version is the number of this version, from 1.")
+    keys: list[str] = Field(description="Keys are the names of the values in this version, sorted.")
+    created_time: str | None = Field(None, description="CreatedTime is when this version was written.")
+
+
+class SecretStatus(JobModel):
+    """SecretStatus describes the values without revealing them."""
+
+    version: int | None = Field(None, description="Version is the current version: what a new Job pins.")
+    keys: list[str] | None = Field(None, description="Keys are the names of the current version's values, sorted.")
+    versions: list[SecretVersion] | None = Field(
+        None, description=f"Versions are the kept versions, oldest first (at most {MAX_VERSIONS})."
+    )
+
+
+class SecretFields(JobModel):
+    """The top-level fields of a Secret besides metadata and status, as clients write them."""
+
+    type: str | None = Field(
+        None, description="Type is a hint for consumers, such as Opaque (the default); it is immutable."
+    )
+    data: dict[str, str] | None = Field(
+        None,
+        description="Data holds the values, base64-encoded, by key (keys match [-._a-zA-Z0-9]+). Write-only: "
+        "responses never include it; a write without data or stringData keeps the current values.",
+    )
+    string_data: dict[str, str] | None = Field(
+        None,
+        description="StringData holds values as plain text, merged over data. Write-only, like data.",
+    )
+
+
+def served(obj: Object) -> Object:
+    """The object as clients see it: no ``sealed``, ``data`` or ``stringData``, and no values in the
+    last-applied annotation. Returns a copy; ``obj`` is not changed."""
+    out = {k: v for k, v in obj.items() if k not in ("sealed", *_VALUE_FIELDS)}
+    metadata = out.get("metadata")
+    if isinstance(metadata, dict):
+        out["metadata"] = dict(metadata)
+        _strip_last_applied(out)
+        managed = metadata.get("managedFields")
+        if isinstance(managed, list):  # a write's manager owns the sealed field it caused: not shown
+            out["metadata"]["managedFields"] = [_without_sealed(entry) for entry in managed]
+    return out
+
+
+def _without_sealed(entry: Any) -> Any:
+    fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
+    if not isinstance(fields, dict) or "f:sealed" not in fields:
+        return entry
+    return {**entry, "fieldsV1": {k: v for k, v in fields.items() if k != "f:sealed"}}
+
+
+def _strip_last_applied(obj: Object) -> None:
+    """Drop the values from kubectl's last-applied annotation (client-side and server-side apply write it)."""
+    annotations = obj["metadata"].get("annotations")
+    if not isinstance(annotations, dict):
+        return
+    text = annotations.get(LAST_APPLIED_ANNOTATION)
+    if not isinstance(text, str) or not any(f'"{name}"' in text for name in _VALUE_FIELDS):
+        return
+    try:
+        applied = json.loads(text)
+    except ValueError:
+        applied = None
+    annotations = dict(annotations)
+    if isinstance(applied, dict):
+        for name in _VALUE_FIELDS:
+            applied.pop(name, None)
+        annotations[LAST_APPLIED_ANNOTATION] = gojson.dumps(applied) + "\n"
+    else:  # unreadable: it may hold anything, so it goes
+        del annotations[LAST_APPLIED_ANNOTATION]
+    obj["metadata"]["annotations"] = annotations
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+def _values(obj: Object) -> tuple[dict[str, bytes] | None, list[FieldError]]:
+    """The values an object carries (None when it sends neither data nor stringData), and every problem
+    with them. Problems name the field and never include the value."""
+    if all(obj.get(name) is None for name in _VALUE_FIELDS):
+        return None, []
+    values: dict[str, bytes] = {}
+    problems: list[FieldError] = []
+    for name in _VALUE_FIELDS:
+        raw = obj.get(name)
+        if raw is None:
+            continue
+        if not isinstance(raw, dict):
+            problems.append(
+                FieldError(fieldpath.ErrorType.TYPE_INVALID, name, "must be an object of key: value strings")
+            )
+            continue
+        for key, value in raw.items():
+            path = Path(name).key(str(key))
+            if not isinstance(key, str) or not KEY_PATTERN.match(key) or len(key) > MAX_KEY_LENGTH:
+                problems.append(
+                    fieldpath.invalid(
+                        path,
+                        None,
+                        f"a key must consist of alphanumeric characters, '-', '_' or '.' (at most {MAX_KEY_LENGTH})",
+                    )
+                )
+                continue
+            if not isinstance(value, str):
+                problems.append(FieldError(fieldpath.ErrorType.TYPE_INVALID, str(path), "must be a string"))
+                continue
+            if name == "data":
+                try:
+                    values[key] = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    problems.append(
+                        fieldpath.invalid(
+                            path, None, "must be base64 (standard alphabet, padded); put plain text under stringData"
+                        )
+                    )
+            else:
+                values[key] = value.encode()
+    total = sum(len(k) + len(v) for k, v in values.items())
+    if total > MAX_BYTES:
+        problems.append(
+            fieldpath.forbidden(
+                Path("data"), f"the values total {total} bytes; a Secret holds at most {MAX_BYTES} (1 MiB)"
+            )
+        )
+    return values, problems
+
+
+def _associated(uid: str, version: int, key: str) -> bytes:
+    return b"\x00".join((b"nodus.dev/Secret", uid.encode(), str(version).encode(), key.encode()))
+
+
+def _seal(ring: Keyring, uid: str, version: int, values: dict[str, bytes]) -> dict[str, Any]:
+    sealed: dict[str, Any] = {}
+    for key in sorted(values):
+        box = ring.seal(values[key], _associated(uid, version, key))
+        if box.key_id != ring.active_id:  # pragma: no cover - one active key per keyring
+            raise AssertionError("sealed under an inactive key")
+        sealed[key] = {"nonce": box.nonce_b64, "ciphertext": box.ciphertext_b64}
+    return {"version": version, "keyID": ring.active_id, "createdTime": format_time(now()), "values": sealed}
+
+
+def versions(obj: Object) -> list[dict[str, Any]]:
+    """The stored (sealed) versions of a stored Secret, oldest first."""
+    return list(((obj.get("sealed") or {}).get("versions")) or [])
+
+
+def open_version(ring: Keyring, obj: Object, version: int) -> dict[str, bytes] | None:
+    """The values of ``version`` of a stored Secret; None when that version is not kept.
+    :class:`~nodus.apimachinery.sealing.OpenError` when a value does not open."""
+    uid = str(obj["metadata"]["uid"])
+    for entry in versions(obj):
+        if entry.get("version") == version:
+            key_id = str(entry.get("keyID"))
+            return {
+                key: ring.open(Sealed(key_id, box["nonce"], box["ciphertext"]), _associated(uid, version, key))
+                for key, box in (entry.get("values") or {}).items()
+            }
+    return None
+
+
+def _status(sealed_versions: list[dict[str, Any]]) -> dict[str, Any]:
+    listed = [
+        {"version": v["version"], "keys": sorted(v.get("values") or {}), "createdTime": v.get("createdTime")}
+        for v in sealed_versions
+    ]
+    current = listed[-1] if listed else {"version": 0, "keys": []}
+    return {"version": current["version"], "keys": current["keys"], "versions": listed}
+
+
+def _unreadable(name: str) -> APIError:
+    # The cause (a key missing from the key file, or tampering) is for the server log, not the client.
+    return APIError(
+        "InternalError",
+        f'secrets.nodus.dev "{name}": the current values cannot be opened with this server\'s secret key file',
+        fix="An administrator: check that --secret-key-file holds every key that sealed stored values.",
+    )
+
+
+class SecretStrategy(Strategy):
+    """Seals values in the prepare hooks; ``sealed`` and ``status`` are the server's, never the client's."""
+
+    def prepare_for_create(self, obj: Object) -> None:
+        obj.pop("status", None)
+        obj.pop("sealed", None)
+        if obj.get("type") is None:
+            obj["type"] = DEFAULT_TYPE
+        _strip_last_applied(obj)
+        values, problems = _values(obj)
+        if problems:
+            return  # left for validate to report
+        ring = keyring()
+        entry = _seal(ring, str(obj["metadata"]["uid"]), 1, values or {})
+        for name in _VALUE_FIELDS:
+            obj.pop(name, None)
+        obj["sealed"] = {"versions": [entry]}
+        obj["status"] = _status([entry])
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        new.pop("sealed", None)
+        kept = versions(old)
+        if new.get("type") is None:
+            new["type"] = old.get("type") or DEFAULT_TYPE
+        _strip_last_applied(new)
+        values, problems = _values(new)
+        if values is not None and not problems:
+            ring = keyring()
+            name = str(old["metadata"].get("name"))
+            current_version = int(kept[-1]["version"]) if kept else 0
+            try:
+                current = open_version(ring, old, current_version) if kept else None
+            except OpenError:
+                raise _unreadable(name) from None
+            if values != current:
+                kept = [*kept, _seal(ring, str(old["metadata"]["uid"]), current_version + 1, values)]
+                kept = kept[-MAX_VERSIONS:]
+        if not problems:
+            for field in _VALUE_FIELDS:
+                new.pop(field, None)
+        new["sealed"] = {"versions": copy.deepcopy(kept)}
+        new["status"] = _status(kept)
+
+    def validate(self, obj: Object) -> list[FieldError]:
+        problems: list[FieldError] = []
+        kind = obj.get("type")
+        if not isinstance(kind, str) or not kind or len(kind) > MAX_TYPE_LENGTH:
+            problems.append(
+                fieldpath.invalid(Path("type"), None, f"must be a non-empty string of at most {MAX_TYPE_LENGTH}")
+            )
+        _, value_problems = _values(obj)  # only values that failed to seal are still here
+        return problems + value_problems
+
+    def validate_update(self, new: Object, old: Object) -> list[FieldError]:
+        problems = self.validate(new)
+        if new.get("type") != old.get("type"):
+            problems.append(fieldpath.invalid(Path("type"), new.get("type"), "field is immutable"))
+        return problems
+
+    def spec_changed(self, new: Object, old: Object) -> bool:
+        """A Secret has no spec: its generation moves with its values' version."""
+        return (new.get("status") or {}).get("version") != (old.get("status") or {}).get("version")
+
+
+def _key_count(obj: Object) -> int:
+    return len((obj.get("status") or {}).get("keys") or [])
+
+
+SECRET = KindInfo(
+    kind="Secret",
+    plural="secrets",
+    singular="secret",
+    namespaced=True,
+    description="Secret holds versioned values (credentials, tokens), sealed at rest. Values are write-only: "
+    "responses show the keys and versions, never the values; Jobs pin a (uid, version).",
+    spec_model=None,
+    status_model=SecretStatus,
+    strategy=SecretStrategy(),
+    printer_columns=(
+        PrinterColumn("Type", "string", ".type", "Type is a hint for consumers, such as Opaque."),
+        PrinterColumn("Keys", "integer", ".status.keys", "How many values the current version holds.", _key_count),
+        PrinterColumn("Version", "integer", ".status.version", "Version is the current version."),
+        PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the secret was created."),
+    ),
+    categories=("nodus",),
+    has_status=False,
+    top_level_model=SecretFields,
+    served=served,
+)

@@ -1,6 +1,6 @@
 """Run the benchmarks, print a table and write ``bench/results/latest.json``.
 
-    python -m bench.run [--quick] [--only create|watch|list|schedule|latency ...] [--profile DIR]
+    python -m bench.run [--quick] [--only create|watch|list|schedule|latency|outputs ...] [--profile DIR]
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -25,10 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common, create_throughput, list_large, run_latency, schedule_throughput, watch_latency
+from bench import (
+    common,
+    create_throughput,
+    list_large,
+    output_streaming,
+    run_latency,
+    schedule_throughput,
+    watch_latency,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list", "schedule", "latency")
+BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs")
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -39,6 +47,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "list": {"jobs": 10_000, "rounds": 5, "memory_rounds": 1},
             "schedule": {"rounds": 1, "count": 1000},
             "latency": {"warm": 20, "cold": 8, "batches": 2, "hops": 100, "runtime_starts": 10, "agent_starts": 2},
+            "outputs": {"size_mib": 256, "rounds": 1},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -46,6 +55,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "list": {"jobs": 10_000, "rounds": 11, "memory_rounds": 3},
         "schedule": {"rounds": 5, "count": 1000},
         "latency": {"warm": 100, "cold": 40, "batches": 4, "hops": 400, "runtime_starts": 20, "agent_starts": 8},
+        "outputs": {"size_mib": 1024, "rounds": 2},
     }
 
 
@@ -79,6 +89,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["latency"] = await run_latency.run(workdir / "latency", **params["latency"])
         results["latency"]["seconds"] = time.monotonic() - started
+    if "outputs" in only:
+        started = time.monotonic()
+        results["outputs"] = await output_streaming.run(workdir / "outputs", **params["outputs"])
+        results["outputs"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -224,6 +238,39 @@ def table(results: dict[str, Any]) -> str:
                     "",
                 )
             )
+    if "outputs" in results:
+        o = results["outputs"]
+        disk, raw = o["disk"], o["raw_postgres"]
+        rows.append(
+            (
+                f"output upload MB/s, {o['size_mib']} MiB",
+                f"{o['upload_mb_s']:.0f}",
+                f"copy {disk['copy_mb_s']:.0f}, PG insert {raw['insert_mb_s']:.0f}",
+                f"{o['upload_vs_copy']:.3f} / {o['upload_vs_raw_insert']:.2f}",
+                "",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                f"output download MB/s (nodus outputs get), {o['size_mib']} MiB",
+                f"{o['download_mb_s']:.0f}",
+                f"copy {disk['copy_mb_s']:.0f}, PG select {raw['select_mb_s']:.0f}",
+                f"{o['download_vs_copy']:.3f} / {o['download_vs_raw_select']:.2f}",
+                "",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "  peak RSS MiB: agent, API server, CLI (idle)",
+                f"{o['agent_peak_mib']:.0f}, {o['server_peak_mib']:.0f}, {o['cli_peak_mib']:.0f}",
+                f"({o['agent_idle_mib']:.0f}, {o['server_idle_mib']:.0f}, -)",
+                "",
+                f"< {o['size_mib']} MiB",
+                _verdict(max(o["agent_peak_mib"], o["server_peak_mib"], o["cli_peak_mib"]) < o["size_mib"]),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -13,7 +13,7 @@ The sandbox (``bwrap``, Debian package ``bubblewrap``)::
                                     what the command finds
     --proc /proc --dev /dev --tmpfs /tmp    private
     --tmpfs <layout root>           hides every attempt's directory (and secrets) from this one
-    --ro-bind .../inputs /nodus/inputs, --bind outputs|state|secrets|scratch
+    --ro-bind .../inputs|connections /nodus/..., --bind outputs|state|secrets|scratch
     --bind .../progress /nodus/progress       the progress protocol's file (nodus.agent.progress)
     --tmpfs /nodus/run              sidecars or AllowList only: writable, holds ready/<sidecar> files
     --ro-bind <attempt>/egress.sock /nodus/run/egress.sock    AllowList only: the agent's proxy
@@ -82,7 +82,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nodus.agent import egress, runtime
-from nodus.agent.layout import NODUS_DIRECTORIES, PROGRESS_FILE, SANDBOX_NODUS_DIR
+from nodus.agent.layout import NODUS_DIRECTORIES, PROGRESS_FILE, READ_ONLY_DIRECTORIES, SANDBOX_NODUS_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -467,7 +467,7 @@ def sandbox_argv(
         if Path(path).is_dir() and not Path(path).is_relative_to("/tmp"):
             argv += ["--tmpfs", path]
     for name in NODUS_DIRECTORIES:
-        bind = "--ro-bind" if name == "inputs" else "--bind"
+        bind = "--ro-bind" if name in READ_ONLY_DIRECTORIES else "--bind"
         argv += [bind, str(layout.nodus_dir / name), f"{SANDBOX_NODUS_DIR}/{name}"]
     if layout.progress.is_file():
         # One writable file in the otherwise read-only /nodus: the progress protocol (nodus.agent.progress).

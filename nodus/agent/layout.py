@@ -7,6 +7,7 @@ Every attempt gets ``<root>/<attempt name>/`` on the host::
     nodus/state/     -> /nodus/state
     nodus/secrets/   -> /nodus/secrets  (mode 0700 on the host)
     nodus/scratch/   -> /nodus/scratch
+    nodus/connections/ -> /nodus/connections (read-only inside; mode 0700 on the host)
     nodus/progress   -> /nodus/progress (a file the program appends progress lines to)
     workdir/         -> the attempt's working directory (``spec.workingDir``, e.g. /workspace)
 
@@ -23,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The directories under /nodus/ inside the sandbox, in the order of the contract.
-NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch")
+NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections")
+# The directories the program may read but not change.
+READ_ONLY_DIRECTORIES = frozenset({"inputs", "connections"})
 # Mount point of the layout's nodus/ directory inside the sandbox.
 SANDBOX_NODUS_DIR = "/nodus"
 # The progress protocol's file (nodus.agent.progress), bound on its own: /nodus itself is read-only.
@@ -54,6 +57,7 @@ class AttemptLayout:
             (layout.nodus_dir / name).mkdir(parents=True, exist_ok=True)
         # Secrets are readable by the agent's user only; the sandboxed program runs as that user.
         layout.secrets.chmod(0o700)
+        layout.connections.chmod(0o700)
         layout.workdir.mkdir(exist_ok=True)
         layout.progress.touch(exist_ok=True)
         return layout
@@ -78,6 +82,10 @@ class AttemptLayout:
     @property
     def secrets(self) -> Path:
         return self.nodus_dir / "secrets"
+
+    @property
+    def connections(self) -> Path:
+        return self.nodus_dir / "connections"
 
     @property
     def scratch(self) -> Path:

@@ -10,6 +10,8 @@ Where things land (host side -> inside the sandbox):
 
 * Secret ``NAME`` key ``KEY`` -> ``/nodus/secrets/NAME/KEY`` (files 0400 in a 0700 tree, the agent's
   user only); ``secretKeyRef`` env values are decoded as UTF-8 into the program's environment.
+* Connection ``NAME`` of ``spec.connections`` -> ``/nodus/connections/NAME/`` (read-only) and
+  ``NODUS_CONNECTION_<NAME>_*`` variables (:func:`_expose`).
 * input ``NAME`` -> ``/nodus/inputs/NAME``: a file, or a directory for an archived output or a
   Volume revision (``inputs`` is read-only inside).
 * Volume mount ``i`` -> its ``mountPath``: unpacked from the pinned revision (read-only), or from the
@@ -78,6 +80,9 @@ async def prepare(
         str(sidecar["name"]): _secret_env(sidecar.get("env"), values) for sidecar in spec.get("sidecars") or []
     }
     connections = {str(c["name"]): c for c in spec.get("connections") or []}
+    for connection in connections.values():
+        if connection.get("exposed"):
+            prepared.env.update(_expose(connection, values, layout))
     for item in spec.get("inputs") or []:
         prepared.inputs.append(await _input(client, namespace, item, layout, connections, values, trust_ca))
     for number, mount in enumerate(spec.get("volumes") or []):
@@ -134,6 +139,57 @@ def _secret_env(items: list[Object] | None, values: dict[str, dict[str, bytes]])
                 f'Secret "{name}" key "{key}" is not UTF-8 text, so it cannot be an environment variable; '
                 f"read it from /nodus/secrets/{name}/{key} instead.",
             ) from None
+    return env
+
+
+# What an exposed Connection gives the program: file name (and variable suffix) -> where it comes from.
+_S3_FIELDS = {"endpoint": "endpoint", "region": "region", "bucket": "bucket"}
+_S3_CREDENTIALS = {
+    "accessKeyID": "ACCESS_KEY_ID",
+    "secretAccessKey": "SECRET_ACCESS_KEY",
+    "sessionToken": "SESSION_TOKEN",
+}
+
+
+def connection_variable(name: str, field: str) -> str:
+    """``NODUS_CONNECTION_<NAME>_<FIELD>``: the name upper-cased, anything but letters and digits as ``_``."""
+    clean = "".join(c if c.isalnum() else "_" for c in name.upper())
+    return f"NODUS_CONNECTION_{clean}_{field}"
+
+
+def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: AttemptLayout) -> dict[str, str]:
+    """Write ``/nodus/connections/<name>/`` (0400 files) and return its variables (DECISIONS 28).
+
+    Postgres (Neon, Supabase): ``type`` and ``dsn``, ``NODUS_CONNECTION_<NAME>_DSN``. S3: ``type``,
+    ``endpoint``, ``region``, ``bucket``, ``accessKeyID``, ``secretAccessKey`` (and ``sessionToken``),
+    ``NODUS_CONNECTION_<NAME>_ENDPOINT``, ``..._REGION``, ``..._BUCKET``, ``..._ACCESS_KEY_ID``,
+    ``..._SECRET_ACCESS_KEY`` (``..._SESSION_TOKEN``).
+    """
+    name, kind = str(connection["name"]), str(connection.get("type") or "")
+    secret = connection.get("secret") or {}
+    values = secrets.get(str(secret.get("name")), {})
+    files: dict[str, bytes] = {"type": kind.encode()}
+    env: dict[str, str] = {connection_variable(name, "TYPE"): kind}
+    if kind == "S3":
+        for field, source in _S3_FIELDS.items():
+            if value := (connection.get("s3") or {}).get(source):
+                files[field] = str(value).encode()
+                env[connection_variable(name, field.upper())] = str(value)
+        for field, suffix in _S3_CREDENTIALS.items():
+            if field in values:
+                files[field] = values[field]
+                env[connection_variable(name, suffix)] = values[field].decode("utf-8", "replace")
+    else:
+        dsn = values.get(str(secret.get("key") or "dsn"))
+        if dsn is not None:
+            files["dsn"] = dsn
+            env[connection_variable(name, "DSN")] = dsn.decode("utf-8", "replace")
+    directory = layout.connections / name
+    directory.mkdir(mode=0o700, exist_ok=True)
+    for field, value in files.items():
+        descriptor = os.open(directory / field, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(value)
     return env
 
 

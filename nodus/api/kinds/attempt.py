@@ -84,6 +84,9 @@ class ConnectionSecret(JobModel):
 class PinnedConnection(JobModel):
     """PinnedConnection is a Connection as the Job uses it; its Secret is pinned with the others."""
 
+    exposed: bool | None = Field(
+        None, description="Exposed gives its credentials to the program (it is in the Job's spec.connections)."
+    )
     name: str = Field(min_length=1, description="Name is the Connection.")
     s3: dict[str, str] | None = Field(None, description="S3 holds endpoint, region and bucket.")
     secret: ConnectionSecret | None = Field(None, description="Secret holds the credentials.")

@@ -15,7 +15,9 @@ included, sees the same data:
   A writable mount starts from the latest revision (or empty) and writes a new one on success.
 * Outputs of other Jobs: the committed output's SHA-256. A producer still running makes the Job
   wait (a pipeline can be created all at once); a producer that ended without it fails the Job.
-* Connections (bucket inputs, output sinks, ``spec.connections``): their spec, with its Secret pinned.
+* Connections (bucket inputs, output sinks, ``spec.connections``): their spec, with its Secret pinned;
+  those named in ``spec.connections`` are marked ``exposed``: the agent hands their credentials to the
+  program (files under ``/nodus/connections/<name>/`` and environment variables).
 
 URL and bucket inputs are verified by the agent at the end of the download; a declared ``sha256``
 is the pin, and without one the first attempt's digest becomes it (``status.inputs``).
@@ -214,7 +216,10 @@ def _pin_connections(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None
                 f'Connection "{name}" is of type {kind} but {where} needs {" or ".join(sorted(types))}.',
                 final=True,
             )
-        pins.connections[name] = _resolved_connection(name, kind, connection_spec)
+        resolved = _resolved_connection(name, kind, connection_spec)
+        if where.startswith("spec.connections") or pins.connections.get(name, {}).get("exposed"):
+            resolved["exposed"] = True  # DECISIONS 28: its credentials are given to the program
+        pins.connections[name] = resolved
     return None
 
 

@@ -319,7 +319,10 @@ def test_an_output_sink_loads_rows_into_postgres(running: Running, database_serv
             running,
             project,
             "load",
-            f"printf '{rows}' > /nodus/outputs/cities.csv",
+            f"printf '{rows}' > /nodus/outputs/cities.csv; "
+            'test "$(cat /nodus/connections/warehouse/dsn)" = "$NODUS_CONNECTION_WAREHOUSE_DSN" && '
+            "! touch /nodus/connections/warehouse/x 2>/dev/null && echo connection-exposed",
+            connections=["warehouse"],
             outputs=[
                 {
                     "name": "cities",
@@ -329,6 +332,7 @@ def test_an_output_sink_loads_rows_into_postgres(running: Running, database_serv
             ],
         )
         status = succeeded(running, project, "load")["status"]
+        assert "connection-exposed" in log_of(running, project, "load")
         sink = next(o for o in status["outputs"] if o["name"] == "cities")["sink"]
         assert sink == {"phase": "Loaded", "rows": 3}, sink
 

@@ -3,7 +3,7 @@
 A blob is named by its digest *within a project* (``namespace``): a project sees only the blobs
 uploaded to it, even when another project holds the same bytes. Uploads (job outputs, volume
 revisions, anything posted to ``.../blobs``) stream through :func:`put`; downloads stream through
-:func:`read`. Neither ever holds a whole blob in memory: at most one chunk.
+:func:`read`. Neither ever holds a whole blob in memory: at most two batches of ``BATCH_CHUNKS``.
 
 Layout (migration 0003):
 
@@ -14,8 +14,9 @@ Layout (migration 0003):
 * ``blobs(namespace, digest, size, media_type, upload_id, created_at)``: a project's name for an
   upload. Rows of several projects may point at one upload: that is the deduplication.
 
-Writing: :func:`put` stores each chunk as it arrives, under a fresh ``upload_id`` and in its own
-short statement (a slow client never holds a pooled connection while it sends), hashing as it goes.
+Writing: :func:`put` stores the chunks as they arrive, under a fresh ``upload_id``, ``BATCH_CHUNKS``
+per short transaction (one WAL flush per batch; a slow client never holds a pooled connection while
+it sends), one batch committing while the next is received, hashing as it goes.
 At the end it checks the expected digest (a mismatch deletes the staged chunks and raises
 :class:`DigestMismatch`) and registers the blob in one transaction, serialised per digest by an
 advisory lock: if the project has the digest already, or another project does, the new chunks are
@@ -43,6 +44,9 @@ from nodus.storage.errors import StorageError
 from nodus.storage.objects import Storage
 
 CHUNK_BYTES = 1024 * 1024
+# Chunks written in one transaction, and read in one query: a batch is in flight while the next one
+# is received (or sent), so at most two batches (8 MiB) of a blob are in memory.
+BATCH_CHUNKS = 4
 DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
@@ -125,13 +129,26 @@ async def put(
     size = 0
     seq = 0
     registered = False
+    batch: list[tuple[uuid.UUID, int, bytes]] = []
+    writing: asyncio.Task[None] | None = None
     try:
         async for chunk in _rechunked(chunks):
             hasher.update(chunk)
             size += len(chunk)
-            async with connection() as conn:
-                await conn.execute(_INSERT_CHUNK, upload_id, seq, chunk)
+            batch.append((upload_id, seq, chunk))
             seq += 1
+            if len(batch) == BATCH_CHUNKS:
+                # One batch in flight while the next arrives: the body keeps flowing during the
+                # commit, and memory stays at two batches.
+                if writing is not None:
+                    await writing
+                writing = asyncio.create_task(_write(connection, batch))
+                batch = []
+        if writing is not None:
+            await writing
+            writing = None
+        if batch:
+            await _write(connection, batch)
         digest = DIGEST_PREFIX + hasher.hexdigest()
         if expected_digest is not None and expected_digest != digest:
             raise DigestMismatch(expected_digest, digest, size)
@@ -139,9 +156,21 @@ async def put(
         registered = True
         return info
     finally:
+        if writing is not None and not writing.done():
+            writing.cancel()
+            with contextlib.suppress(BaseException):
+                await writing
         if not registered and seq:
             # Shielded: a cancelled upload still removes what it staged.
             await asyncio.shield(_discard(connection, upload_id))
+
+
+async def _write(
+    connection: Callable[[], contextlib.AbstractAsyncContextManager[Any]], rows: list[tuple[uuid.UUID, int, bytes]]
+) -> None:
+    """Insert ``rows`` of ``blob_chunks`` in one transaction (one WAL flush for the batch)."""
+    async with connection() as conn, conn.transaction():
+        await conn.executemany(_INSERT_CHUNK, rows)
 
 
 async def _discard(connection: Callable[[], contextlib.AbstractAsyncContextManager[Any]], upload_id: uuid.UUID) -> None:
@@ -191,26 +220,50 @@ async def open(storage: Storage, namespace: str, digest: str) -> BlobInfo | None
 async def read(storage: Storage, info: BlobInfo, start: int = 0) -> AsyncIterator[bytes]:
     """The bytes of ``info`` from byte offset ``start``, one stored chunk at a time.
 
-    Each chunk is one indexed query by ``seq`` on a pooled connection taken for that query only,
-    so a slow reader holds no connection and at most one chunk in memory. A blob whose chunks are
-    missing (a bug or a manual deletion) ends with StorageError rather than a short stream."""
+    Chunks are fetched ``BATCH_CHUNKS`` per indexed query on a pooled connection taken for that query
+    only, the next batch while this one is sent: a slow reader holds no connection and at most two
+    batches in memory. A blob whose chunks are missing (a bug or a manual deletion) ends with
+    StorageError rather than a short stream."""
     if start < 0:
         raise ValueError("start must be >= 0")
     if info.upload_id is None:
         raise ValueError("read needs a BlobInfo from open() or put()")
     connection = _connection(storage)
-    seq, skip = divmod(start, CHUNK_BYTES)
-    remaining = info.size - start
-    while remaining > 0:
-        async with connection() as conn:
-            data = await conn.fetchval(
-                "SELECT data FROM blob_chunks WHERE upload_id = $1 AND seq = $2", info.upload_id, seq
-            )
-        if data is None:
-            raise StorageError(f"blob {info.digest}: chunk {seq} of upload {info.upload_id} is missing")
-        piece = bytes(data[skip:]) if skip else bytes(data)
-        skip = 0
-        seq += 1
-        remaining -= len(piece)
-        if piece:
-            yield piece
+    first, skip = divmod(start, CHUNK_BYTES)
+    last = (info.size - 1) // CHUNK_BYTES if info.size else -1
+    batches = [(low, min(low + BATCH_CHUNKS, last + 1)) for low in range(first, last + 1, BATCH_CHUNKS)]
+    if not batches:
+        return
+    # The next batch is fetched while this one is sent: at most two batches in memory.
+    fetching = asyncio.create_task(_fetch(connection, info, *batches[0]))
+    try:
+        for number, _ in enumerate(batches):
+            chunks = await fetching
+            if number + 1 < len(batches):
+                fetching = asyncio.create_task(_fetch(connection, info, *batches[number + 1]))
+            for data in chunks:
+                piece = data[skip:] if skip else data
+                skip = 0
+                if piece:
+                    yield piece
+    finally:
+        if not fetching.done():
+            fetching.cancel()
+            with contextlib.suppress(BaseException):
+                await fetching
+
+
+async def _fetch(
+    connection: Callable[[], contextlib.AbstractAsyncContextManager[Any]], info: BlobInfo, low: int, high: int
+) -> list[bytes]:
+    """Chunks ``low`` to ``high - 1`` of ``info``, in order; StorageError when any is missing."""
+    async with connection() as conn:
+        rows = await conn.fetch(
+            "SELECT seq, data FROM blob_chunks WHERE upload_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq",
+            info.upload_id,
+            low,
+            high,
+        )
+    if [row["seq"] for row in rows] != list(range(low, high)):
+        raise StorageError(f"blob {info.digest}: chunks {low}-{high - 1} of upload {info.upload_id} are incomplete")
+    return [bytes(row["data"]) for row in rows]

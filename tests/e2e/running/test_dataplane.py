@@ -33,6 +33,20 @@ IMAGE = "python:3.12-slim"
 PYTHON = "/usr/bin/python3"  # the host's, visible read-only inside the sandbox (a venv may sit under /tmp)
 
 
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
 def create(running: Running, project: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
     with running.client() as client:
         response = client.post(f"{API}/namespaces/{project}/{plural}", json=body)
@@ -449,3 +463,33 @@ def test_volumes_read_only_and_writable(running: Running) -> None:
     )
     succeeded(running, project, "reader2")
     assert "second" in log_of(running, project, "reader2")
+
+
+def test_a_git_source_is_checked_out_and_its_commit_pinned(running: Running, tmp_path: Path) -> None:
+    assert running.www is not None and running.https is not None
+    work = tmp_path / "work"
+    work.mkdir()
+    git(work, "init", "--quiet", "--initial-branch=main")
+    (work / "train.py").write_text("print('trained at v1')\n")
+    git(work, "add", ".")
+    git(work, "commit", "--quiet", "-m", "first")
+    commit = git(work, "rev-parse", "HEAD").strip()
+    name = f"repo-{uuid.uuid4().hex[:6]}.git"
+    git(running.www, "clone", "--quiet", "--bare", str(work), name)
+    git(running.www / name, "update-server-info")  # served by the dumb HTTP protocol
+    project = running.project()
+    run_job(
+        running,
+        project,
+        "from-git",
+        f"{PYTHON} train.py",
+        source={"git": {"repo": f"{running.https.url}/{name}", "ref": "main"}},
+    )
+    status = succeeded(running, project, "from-git")["status"]
+    assert status["source"] == {"commit": commit}
+    assert "trained at v1" in log_of(running, project, "from-git")
+    run_job(
+        running, project, "no-such-ref", "true", source={"git": {"repo": f"{running.https.url}/{name}", "ref": "nope"}}
+    )
+    failed = finished(running, project, "no-such-ref")["status"]
+    assert (failed["phase"], failed["reason"]) == ("Failed", "SourceUnavailable")

@@ -108,6 +108,22 @@ def sidecars_of(spec: Object, env: dict[str, str], secret_env: dict[str, dict[st
     return tuple(out)
 
 
+# Shorter values would mask ordinary words ("true", "1"); a Secret that short is no secret in a log.
+MIN_MASKED_LENGTH = 4
+
+
+def masked_values(secrets: dict[str, dict[str, bytes]]) -> list[str]:
+    """The texts to mask in output: every Secret value, and each of its lines, longest first."""
+    values: set[str] = set()
+    for keys in secrets.values():
+        for raw in keys.values():
+            text = raw.decode("utf-8", "replace").strip()
+            for candidate in (text, *text.splitlines()):
+                if len(candidate.strip()) >= MIN_MASKED_LENGTH:
+                    values.add(candidate.strip())
+    return sorted(values, key=len, reverse=True)
+
+
 def scrub(line: str, limit: int = 400) -> str:
     """A log line fit for ``status.message``: no terminal escapes or control characters, bounded."""
     clean = _CONTROL.sub("", line).rstrip()
@@ -129,6 +145,8 @@ class AttemptRun:
     _tail: deque[str] = field(default_factory=lambda: deque(maxlen=MESSAGE_LINES))
     _stop_grace: float = 30.0
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Secret values (and their lines) never leave the host in a log line or a message, even if printed.
+    _masked: list[str] = field(default_factory=list, repr=False)
 
     @property
     def name(self) -> str:
@@ -192,6 +210,7 @@ class AttemptRun:
                 phase="Failed", reason=prepared.reason, message=scrub(str(prepared), 2000), finishTime=_now()
             )
             return None
+        self._masked = masked_values(prepared.secret_values)
         ready: Object = {"inputsReadyTime": _now()}
         if prepared.inputs:
             ready["inputs"] = prepared.inputs
@@ -274,7 +293,8 @@ class AttemptRun:
         self.process = process
 
         async def pump() -> None:
-            async for stream, line in process.lines():
+            async for stream, raw in process.lines():
+                line = self._mask(raw)
                 shipper.add(stream, line, container=INIT_CONTAINER)
                 if line.strip():
                     tail.append(scrub(line))
@@ -307,11 +327,19 @@ class AttemptRun:
         )
         return False
 
+    def _mask(self, line: str) -> str:
+        """``line`` with every pinned Secret value the program might print replaced by ``***``."""
+        for value in self._masked:
+            if value in line:
+                line = line.replace(value, "***")
+        return line
+
     async def _report_progress(self, snapshot: Object) -> None:
         await self._report(**snapshot)
 
     async def _pump(self, process: Process, shipper: LogShipper) -> None:
-        async for stream, line in process.lines():
+        async for stream, raw in process.lines():
+            line = self._mask(raw)
             if stream.startswith("sidecar/"):
                 _, container, sidecar_stream = stream.split("/", 2)
                 shipper.add(sidecar_stream, line, container=container)

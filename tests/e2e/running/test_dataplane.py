@@ -264,7 +264,8 @@ def test_a_secret_reaches_the_program_and_is_never_in_clear(running: Running) ->
     )
     script = (
         f'test "$(printf %s "$TOKEN" | sha256sum | cut -d" " -f1)" = {digest} && '
-        f'test "$(sha256sum < /nodus/secrets/api/token | cut -d" " -f1)" = {digest} && echo both-match'
+        f'test "$(sha256sum < /nodus/secrets/api/token | cut -d" " -f1)" = {digest} && echo both-match; '
+        'echo "careless: $TOKEN"'  # printed by the program: masked before it leaves the host
     )
     run_job(
         running,
@@ -277,6 +278,7 @@ def test_a_secret_reaches_the_program_and_is_never_in_clear(running: Running) ->
     job = succeeded(running, project, "uses-secret")
     assert job["status"]["secretVersions"] == {"api": 1}
     assert "both-match" in log_of(running, project, "uses-secret")
+    assert "careless: ***" in log_of(running, project, "uses-secret")
 
     with running.client() as client:
         bodies = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import socket
 import subprocess
 import sys
 import tarfile
@@ -495,3 +496,71 @@ def test_a_git_source_is_checked_out_and_its_commit_pinned(running: Running, tmp
     )
     failed = finished(running, project, "no-such-ref")["status"]
     assert (failed["phase"], failed["reason"]) == ("Failed", "SourceUnavailable")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3-compatible server (moto's) on 127.0.0.1, with a bucket ``lake`` holding ``sets/eval.jsonl``."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="key", aws_secret_access_key="secret", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket="lake")
+    client.put_object(Bucket="lake", Key="sets/eval.jsonl", Body=S3_BODY)
+    yield endpoint
+    server.stop()
+
+
+S3_BODY = b'{"q": "2+2", "a": "4"}\n' * 1000
+
+
+def test_a_bucket_input_comes_through_its_connection(running: Running, s3_endpoint: str) -> None:
+    project = running.project()
+    create(
+        running,
+        project,
+        "secrets",
+        {
+            "apiVersion": "nodus.dev/v1",
+            "kind": "Secret",
+            "metadata": {"name": "aws"},
+            "stringData": {"accessKeyID": "key", "secretAccessKey": "secret"},
+        },
+    )
+    create(
+        running,
+        project,
+        "connections",
+        {
+            "apiVersion": "nodus.dev/v1",
+            "kind": "Connection",
+            "metadata": {"name": "lake"},
+            "spec": {
+                "type": "S3",
+                "s3": {"endpoint": s3_endpoint, "region": "us-east-1", "bucket": "lake", "credentialsSecret": "aws"},
+            },
+        },
+    )
+    digest = hashlib.sha256(S3_BODY).hexdigest()
+    bucket = {"connection": "lake", "uri": "s3://lake/sets/eval.jsonl"}
+    run_job(
+        running,
+        project,
+        "evaluate",
+        "wc -l < /nodus/inputs/eval",
+        inputs=[{"name": "eval", "bucket": {**bucket, "sha256": digest}}],
+    )
+    run_job(running, project, "tampered", "true", inputs=[{"name": "eval", "bucket": {**bucket, "sha256": "1" * 64}}])
+    status = succeeded(running, project, "evaluate")["status"]
+    assert status["inputs"] == [{"name": "eval", "sha256": digest}]
+    assert "1000" in log_of(running, project, "evaluate")
+    failed = finished(running, project, "tampered")["status"]
+    assert (failed["phase"], failed["reason"]) == ("Failed", "InputDigestMismatch")

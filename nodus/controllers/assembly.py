@@ -1,7 +1,8 @@
 """``nodus controllers``: every reconciler, wired to shared informers, under one leader.
 
 What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the
-scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
+Secret pins (old Secret versions kept while Jobs pin them), the scheduler loop, the provisioner
+(attempts to hosts, idle hosts released), node lifecycle
 (heartbeats), and, with the simulated cloud, the hosts controller that boots and kills agents.
 Standbys keep their informers synced so a takeover starts warm. Garbage collection of owned
 objects runs in the API server (ADR 0005); TTL after finish is the Job controller's.
@@ -42,6 +43,7 @@ from nodus.controllers.runtime.leaderelection import LeaderElector
 from nodus.controllers.runtime.manager import Manager, enqueue_object, enqueue_owner
 from nodus.controllers.runtime.workqueue import WorkQueue
 from nodus.controllers.scheduling import SchedulerLoop
+from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
 
 log = logging.getLogger("nodus.controllers")
 
@@ -123,6 +125,12 @@ class Controllers:
         for informer in (*referenced.values(), jobs):
             informer.add_handler(_enqueue_waiting_jobs(job_queue, jobs))
         manager.add_controller("jobs", JobReconciler(client, jobs, attempts, referenced), job_queue, workers)
+
+        jobs.add_index(PINNING_INDEX, pinned_secrets)
+        pins_queue: WorkQueue[Any] = WorkQueue()
+        referenced["secrets"].add_handler(enqueue_object(pins_queue))
+        jobs.add_handler(enqueue_pinned(pins_queue))
+        manager.add_controller("secret-pins", SecretPins(client, referenced["secrets"], jobs), pins_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

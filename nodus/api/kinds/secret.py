@@ -15,8 +15,14 @@ Written like a Kubernetes Secret: ``type`` (default ``Opaque``), ``data`` (key -
 Versions: a create makes version 1; an update that sends ``data``/``stringData`` whose values differ
 from the current version's makes the next version (the sent values replace the old ones); an update
 that sends neither keeps the values, so ``kubectl apply`` of a file without ``data``, ``kubectl
-label`` or a read-modify-write of the served form never wipes them. At most ``MAX_VERSIONS`` are
-kept. A Secret deleted and recreated has a new uid, so a Job that pinned (uid, version) notices.
+label`` or a read-modify-write of the served form never wipes them.
+
+Old versions are kept while a Job may read them: the controllers keep the annotation
+``nodus.dev/pinned-versions`` on each Secret a Job pins ("1,3": the versions pinned by Jobs that
+have not finished), and every write drops the old versions it does not name once superseded for
+``PRUNE_GRACE``; the latest version always stays. A Secret without the annotation keeps its
+versions. ``MAX_VERSIONS`` bounds them in any case. A Secret deleted and recreated has a new uid, so
+a Job that pinned (uid, version) notices.
 
 The process's :class:`~nodus.apimachinery.sealing.Keyring` is given once at API server start with
 :func:`configure`. Without one, a write that has values to seal is refused with a 503 Status: the
@@ -29,8 +35,10 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import itertools
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 from pydantic import Field
@@ -44,10 +52,15 @@ from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
-from nodus.apimachinery.units import format_time, now
+from nodus.apimachinery.units import format_time, now, time_or_none
 
 MAX_BYTES = 1024 * 1024
 MAX_VERSIONS = 32
+# Written by the controllers: the versions that live Jobs pin, as "1,3". See the module docstring.
+PINNED_ANNOTATION = "nodus.dev/pinned-versions"
+# A version superseded this recently is kept even if no Job pins it yet: a Job admitted a moment
+# before the new version may not have reached the controllers' view.
+PRUNE_GRACE = timedelta(minutes=10)
 KEY_PATTERN = re.compile(r"^[-._a-zA-Z0-9]+$")
 MAX_KEY_LENGTH = 253
 MAX_TYPE_LENGTH = 253
@@ -263,6 +276,28 @@ def _unreadable(name: str) -> APIError:
     )
 
 
+def pinned_versions(obj: Object) -> set[int] | None:
+    """The versions named by the ``PINNED_ANNOTATION`` (None: no annotation, keep every version)."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PINNED_ANNOTATION)
+    if text is None:
+        return None
+    return {int(part) for part in str(text).split(",") if part.strip().isdigit()}
+
+
+def _without_unpinned(kept: list[dict[str, Any]], obj: Object) -> list[dict[str, Any]]:
+    """``kept`` less the old versions no Job pins any more (see the module docstring)."""
+    pinned = pinned_versions(obj)
+    if pinned is None or len(kept) < 2:
+        return kept
+    cutoff = now() - PRUNE_GRACE
+    out: list[dict[str, Any]] = []
+    for entry, successor in itertools.pairwise(kept):
+        superseded = time_or_none(successor.get("createdTime"))
+        if int(entry["version"]) in pinned or superseded is None or superseded > cutoff:
+            out.append(entry)
+    return [*out, kept[-1]]
+
+
 class SecretStrategy(Strategy):
     """Seals values in the prepare hooks; ``sealed`` and ``status`` are the server's, never the client's."""
 
@@ -300,6 +335,7 @@ class SecretStrategy(Strategy):
             if values != current:
                 kept = [*kept, _seal(ring, str(old["metadata"]["uid"]), current_version + 1, values)]
                 kept = kept[-MAX_VERSIONS:]
+        kept = _without_unpinned(kept, new)
         if not problems:
             for field in _VALUE_FIELDS:
                 new.pop(field, None)

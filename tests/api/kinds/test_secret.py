@@ -7,6 +7,7 @@ import copy
 import stat
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from nodus.api.errors import APIError
 from nodus.api.fieldmanagement.lastapplied import LAST_APPLIED_ANNOTATION
 from nodus.api.kinds import connection, secret
+from nodus.apimachinery import units
 from nodus.apimachinery.sealing import KeyFileError, Keyring, OpenError
 
 
@@ -154,6 +156,31 @@ def test_at_most_32_versions_are_kept(ring: Keyring) -> None:
         obj = update(obj, stringData={"a": str(n)})
     versions = [v["version"] for v in obj["status"]["versions"]]
     assert versions == list(range(9, 41)) and obj["status"]["version"] == 40
+
+
+def age(obj: dict[str, Any], version: int, minutes: int) -> None:
+    """Make ``version`` of ``obj`` look ``minutes`` old."""
+    when = units.format_time(units.now() - timedelta(minutes=minutes))
+    for entry in obj["sealed"]["versions"]:
+        if entry["version"] == version:
+            entry["createdTime"] = when
+
+
+def test_old_versions_no_job_pins_go_after_the_grace(ring: Keyring) -> None:
+    obj = created(stringData={"a": "one"})
+    obj = update(obj, stringData={"a": "two"})
+    obj = update(obj, stringData={"a": "three"})
+    obj = update(obj, stringData={"a": "four"})
+    for version, minutes in ((1, 60), (2, 50), (3, 40), (4, 5)):
+        age(obj, version, minutes)
+    unannotated = update(obj, metadata={**obj["metadata"], "labels": {"x": "y"}})
+    assert [v["version"] for v in unannotated["status"]["versions"]] == [1, 2, 3, 4]  # no pins known: keep all
+    annotations = {secret.PINNED_ANNOTATION: "2"}
+    pruned = update(obj, metadata={**obj["metadata"], "annotations": annotations})
+    # 1 superseded 50 minutes ago and unpinned: gone; 2 pinned; 3 superseded 5 minutes ago: in its grace.
+    assert [v["version"] for v in pruned["status"]["versions"]] == [2, 3, 4]
+    assert secret.open_version(ring, pruned, 2) == {"a": b"two"}
+    assert secret.open_version(ring, pruned, 1) is None
 
 
 def test_last_applied_annotation_loses_its_values(ring: Keyring) -> None:

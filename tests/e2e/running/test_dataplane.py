@@ -564,3 +564,33 @@ def test_a_bucket_input_comes_through_its_connection(running: Running, s3_endpoi
     assert "1000" in log_of(running, project, "evaluate")
     failed = finished(running, project, "tampered")["status"]
     assert (failed["phase"], failed["reason"]) == ("Failed", "InputDigestMismatch")
+
+
+def test_a_secret_keeps_the_versions_running_jobs_pin(running: Running) -> None:
+    project = running.project()
+    body = {"apiVersion": "nodus.dev/v1", "kind": "Secret", "metadata": {"name": "rotating"}, "stringData": {"k": "v1"}}
+    create(running, project, "secrets", body)
+    env = [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "rotating", "key": "k"}}}]
+    run_job(running, project, "long", "sleep 120", env=env)
+    running.wait_phase(project, "long", "Running")
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/secrets/rotating",
+            json={"stringData": {"k": "v2"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["status"]["version"] == 2
+
+        def pins() -> str | None:
+            secret = client.get(f"{API}/namespaces/{project}/secrets/rotating").json()
+            return (secret["metadata"].get("annotations") or {}).get("nodus.dev/pinned-versions")
+
+        assert running.wait_for("the running Job's pin on the Secret", lambda: pins() == "1")
+        response = client.patch(
+            f"{API}/namespaces/{project}/jobs/long",
+            json={"spec": {"state": "Cancelled"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+        assert running.wait_for("the pin to go with the Job", lambda: pins() == "")

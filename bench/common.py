@@ -262,6 +262,8 @@ def start_server(database_url: str, directory: Path, tls: bool = False, extra_ar
         str(port),
         "--token-auth-file",
         str(token_file),
+        "--blob-store",
+        str(directory / "blobs"),
         "--migrate",
         *extra_args,
     ]

@@ -13,9 +13,10 @@ path; every measured Job then reuses that host and its agent. A measured Job's p
 is also committed as the implicit ``outputs`` directory archive, a second, zstd-packed copy of the bytes.)
 
 * **upload**: from the program's end (its printed time) to the arrival, at our watch of the project's
-  Attempts, of the event showing the Attempt ``Succeeded``: the agent's ``collecting.collect`` (a sha256
-  pass over the file, then ``POST .../blobs?digest=`` streamed from disk into 1 MiB ``blob_chunks`` rows)
-  plus one status write and its watch delivery. The server's own share is the ``create blobs`` request
+  Attempts, of the event showing the Attempt ``Succeeded``: the agent's ``collecting.collect`` (``POST
+  .../blobs`` streamed from disk, hashed on the way, into the server's ``--blob-store``: a directory in the
+  work directory, written to a temporary file, fsynced and renamed) plus one status write and its watch
+  delivery. The server's own share is the ``create blobs`` request
   duration (``nodus_apiserver_request_duration_seconds_sum``).
 * **download**: ``nodus outputs get JOB big -o FILE`` as a subprocess, start to exit; its peak RSS is
   ``ru_maxrss`` from ``wait4``; the file's sha256 must equal ``status.outputs[].sha256``.
@@ -25,10 +26,10 @@ is also committed as the implicit ``outputs`` directory archive, a second, zstd-
   whole in memory would show as at least ``size`` above the baseline.
 
 Baselines, on the same disk (the work directory), in the same run, after the Jobs: ``shutil.copyfile`` of a
-``size``-byte file of random bytes; ``cat FILE > /dev/null``; sha256 of the file (``archives.digest_file``,
-the agent's first pass); asyncpg INSERT of the file's bytes in 1 MiB bytea pieces, one autocommitted
-statement each on one connection, into a scratch table laid out as ``blob_chunks`` (storage EXTERNAL), and
-SELECTs of them back by ``seq``: the database's own floor for the upload and the download. The files are
+``size``-byte file of random bytes (the floor of a filesystem blob store); ``cat FILE > /dev/null``; sha256
+of the file (``archives.digest_file``); and, for comparison with the earlier PostgreSQL-backed blob store,
+asyncpg INSERT of the file's bytes in 1 MiB bytea pieces, one autocommitted statement each on one
+connection, into a scratch table (storage EXTERNAL), and SELECTs of them back by ``seq``. The files are
 freshly written, so every read is from the page cache, as the agent's and the copy's are; nothing is
 fsynced by either side (PostgreSQL's own WAL flushes follow its ``fsync``/``synchronous_commit``).
 """

@@ -2,9 +2,10 @@
 
 Called once the main program exited 0 and before the attempt reports ``Succeeded``, so that the
 success report carries the committed outputs (one status write: whoever sees the index succeed sees
-its outputs). Each output is uploaded as a content-addressed blob (``POST .../blobs?digest=``),
-streamed from disk: a directory is first archived to a tar.zst file beside the attempt (never in
-memory), a file is sent as it is.
+its outputs). Each output is uploaded as a content-addressed blob (``POST .../blobs``), streamed
+from disk: a directory is first archived to a tar.zst file beside the attempt (never in memory) and
+sent with its digest, which the server checks; a file is sent as it is, hashed on the way, and the
+digest the server computed of what it stored must match.
 
 Outputs: every ``spec.outputs[]`` entry, by its path inside the sandbox, plus the implicit
 ``outputs`` for whatever is under ``/nodus/outputs`` (when anything is). A path must be on a
@@ -22,6 +23,7 @@ Failures to collect raise :class:`~nodus.agent.materializing.PrepareFailed` with
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -92,20 +94,30 @@ async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepar
 
 
 async def _commit(client: Client, namespace: str, name: str, path: str, source: Path, staging: Path) -> Object:
+    """Upload one output. A directory is packed first (its digest comes with the archive); a file is
+    hashed while it is sent, and the server's digest of what it stored must be the same."""
+    hasher = hashlib.sha256()
     if await asyncio.to_thread(source.is_dir):
         packed = staging / f"{name}.tar.zst"
         digest, size = await asyncio.to_thread(archives.pack_to_file, source, packed)
-        media_type, upload = archives.TAR_ZSTD, packed
+        media_type, upload, expected = archives.TAR_ZSTD, packed, f"sha256:{digest}"
     else:
-        digest, size = await asyncio.to_thread(archives.digest_file, source)
-        media_type, upload = OCTET_STREAM, source
+        media_type, upload, expected = OCTET_STREAM, source, None
     try:
-        await client.upload_blob(namespace, _chunks(upload), media_type, digest=f"sha256:{digest}")
+        stored = await client.upload_blob(namespace, _chunks(upload, hasher), media_type, digest=expected)
     except errors.APIError as exc:
         raise PrepareFailed("OutputCollectionFailed", f"Output {name}: the upload failed: {exc}") from None
     finally:
         if upload.parent == staging:
             upload.unlink(missing_ok=True)
+    if expected is None:
+        digest, size = hasher.hexdigest(), int(stored.get("size") or 0)
+        if stored.get("digest") != f"sha256:{digest}":
+            raise PrepareFailed(
+                "OutputCollectionFailed",
+                f"Output {name}: the server stored {stored.get('digest')}, but sha256:{digest} was sent "
+                "(the file changed while it was uploaded, or the bytes were damaged in transit).",
+            )
     return {"name": name, "path": path, "sha256": digest, "size": size}
 
 
@@ -147,7 +159,10 @@ async def _new_revision(
     return {"volume": volume, "mountPath": mount["mountPath"], "readOnly": False, "revision": number}
 
 
-async def _chunks(path: Path) -> AsyncIterator[bytes]:
+async def _chunks(path: Path, hasher: Any | None = None) -> AsyncIterator[bytes]:
+    """The file's bytes in 1 MiB reads (off the event loop), fed to ``hasher`` when given."""
     with path.open("rb") as handle:
         while chunk := await asyncio.to_thread(handle.read, _READ_BYTES):
+            if hasher is not None:
+                hasher.update(chunk)
             yield chunk

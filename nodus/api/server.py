@@ -19,6 +19,7 @@ from nodus.api.store import GenericStore
 from nodus.apimachinery.sealing import Keyring
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage
+from nodus.storage.objectstore import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class APIServer:
         self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync)
         # Read before serving, so that a bad price book stops the server before it starts.
         self.price_book = offerings.load(settings.price_book)
+        # Opened here, so that a bad --blob-store stops the server before it starts.
+        self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
         self.ready = False
 
     async def start(self) -> None:

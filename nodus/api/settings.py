@@ -31,3 +31,6 @@ class ServerSettings:
     bootstrap_projects: tuple[str, ...] = field(default=())
     # The price book the stored Offerings are made equal to at start; None: the one shipped with Nodus.
     price_book: Path | None = None
+    # Where blob bytes go (--blob-store): file:///dir, a directory, or s3://bucket/prefix?endpoint=&region=.
+    # None: blob, output and Volume revision endpoints answer 503.
+    blob_store: str | None = None

@@ -44,6 +44,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
         "(nodus dev: <data dir>/secret-keys, created on first start)",
     )
     parser.add_argument(
+        "--blob-store",
+        metavar="URL",
+        help="where the bytes of blobs, outputs and Volume revisions go: file:///a/directory (or a path), or "
+        "s3://bucket/prefix?endpoint=URL&region=R with AWS credentials from the environment "
+        "(nodus dev: <data dir>/blobs; without it those endpoints answer 503)",
+    )
+    parser.add_argument(
         "--price-book",
         type=Path,
         metavar="FILE",

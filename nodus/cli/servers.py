@@ -43,6 +43,7 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         external_url=args.external_url,
         bookmark_interval=args.watch_bookmark_interval.total_seconds(),
         price_book=args.price_book,
+        blob_store=args.blob_store,
         **extra,  # type: ignore[arg-type]
     )
 
@@ -103,6 +104,8 @@ def dev(args: argparse.Namespace) -> None:
         config = data_dir / "kubeconfig"
         kubeconfig.write(config, server_url, files.ca_cert, _admin_token(token_file))
         key_file = args.secret_key_file or _dev_secret_keys(data_dir / "secret-keys")
+        if not args.blob_store:
+            args.blob_store = str(data_dir / "blobs")
         server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)), secret_key_file=key_file)
         listener = Listener(args.host, args.port, files.cert, files.key)
         controllers = processes.controller_settings(args, config, data_dir)

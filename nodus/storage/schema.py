@@ -96,18 +96,8 @@ attempt_logs = sa.Table(
     sa.PrimaryKeyConstraint("attempt_uid", "seq"),
 )
 
-# Content-addressed blobs (outputs, Volume revisions, sources): bytes of one upload in 1 MiB chunks,
-# stored EXTERNAL (uncompressed: the content mostly is compressed already). See nodus.storage.blobs.
-blob_chunks = sa.Table(
-    "blob_chunks",
-    metadata,
-    sa.Column("upload_id", sa.Uuid, nullable=False),
-    sa.Column("seq", sa.Integer, nullable=False, autoincrement=False),
-    sa.Column("data", sa.LargeBinary, nullable=False),
-    sa.PrimaryKeyConstraint("upload_id", "seq"),
-)
-
-# A digest in a project, pointing at the upload holding its bytes (several projects may share one).
+# Content-addressed blobs (outputs, Volume revisions, sources): a digest in a project, naming the
+# object ``uploads/<upload_id>`` in the object store (several projects may share one). nodus.storage.blobs.
 blobs = sa.Table(
     "blobs",
     metadata,

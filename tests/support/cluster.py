@@ -115,6 +115,8 @@ def start(directory: Path, database_url: str, extra_args: tuple[str, ...] = (), 
         str(files.key),
         "--token-auth-file",
         str(token_file),
+        "--blob-store",
+        str(directory / "blobs"),
         *(("--migrate",) if migrate else ()),
         *extra_args,
     ]

@@ -46,6 +46,7 @@ from nodus.apimachinery.units import format_time, now
 from nodus.storage import blobs
 from nodus.storage.blobs import BlobInfo, DigestMismatch
 from nodus.storage.errors import Key
+from nodus.storage.objectstore import ObjectStore
 
 API_PREFIX = f"/apis/{API_VERSION}"
 MAX_MEDIA_TYPE = 255
@@ -97,6 +98,19 @@ async def require_project(server: APIServer, namespace: str) -> None:
         )
 
 
+def blob_store(server: APIServer) -> ObjectStore:
+    """The server's object store for blob bytes; a 503 Status when it was started without one."""
+    if server.blob_store is None:
+        raise APIError(
+            "ServiceUnavailable",
+            "this API server was started without a blob store, so it cannot store or serve blobs, outputs or "
+            "Volume revisions",
+            fix="An administrator: start nodus apiserver with --blob-store file:///a/directory or "
+            "--blob-store s3://bucket/prefix (nodus dev uses <data dir>/blobs).",
+        )
+    return server.blob_store
+
+
 def check_digest(value: str, what: str) -> str:
     if not blobs.is_digest(value):
         raise bad_request(f'{what} must be {_DIGEST_SHAPE}, got "{value}"', fix=f"Pass {what} as {_DIGEST_SHAPE}.")
@@ -122,7 +136,7 @@ async def store(
 ) -> BlobInfo:
     """Stream the request body into a blob of ``namespace``; a 422 Status on a digest mismatch."""
     try:
-        return await blobs.put(server.storage, namespace, body_chunks(request), media, expected)
+        return await blobs.put(server.storage, blob_store(server), namespace, body_chunks(request), media, expected)
     except DigestMismatch as exc:
         raise APIError(
             "Invalid",
@@ -158,7 +172,7 @@ class BlobResponse(Response):
         await streaming.stream(receive, send, headers, lambda: self._pump(send), f"blob {self._info.digest}")
 
     async def _pump(self, send: Any) -> None:
-        async for data in blobs.read(self._server.storage, self._info):
+        async for data in blobs.read(blob_store(self._server), self._info):
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
 

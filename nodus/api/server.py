@@ -61,6 +61,10 @@ class APIServer:
         await self.storage.start()
         for project in self.settings.bootstrap_projects:
             await bootstrap.ensure_project(self.stores["projects"], project)
+            if self.settings.bootstrap_credits:
+                await bootstrap.grant_initial_credits(
+                    self.stores["projects"], self.storage, project, self.settings.bootstrap_credits
+                )
         await offerings.sync(self.storage, self.price_book)
         self.garbage_collector.start()
         self.ready = True

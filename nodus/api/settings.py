@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from nodus.api.auth.requestheader import RequestHeaderConfig
@@ -29,6 +30,8 @@ class ServerSettings:
     gc_resync: float = 5.0
     # Projects created at start when missing (nodus dev: "default").
     bootstrap_projects: tuple[str, ...] = field(default=())
+    # Credit granted once to each bootstrap project (nodus dev: 100 USD), so a new user can run Jobs at once.
+    bootstrap_credits: Decimal | None = None
     # The price book the stored Offerings are made equal to at start; None: the one shipped with Nodus.
     price_book: Path | None = None
     # Where blob bytes go (--blob-store): file:///dir, a directory, or s3://bucket/prefix?endpoint=&region=.

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
-from nodus.cli import commands, processes
+from nodus.cli import billing, commands, processes
 from nodus.cli.processes import duration as _duration
 
 
@@ -122,6 +122,22 @@ def parser() -> argparse.ArgumentParser:
     outputs_get = outputs_commands.add_parser("get", help="download one output of a Job to a file")
     commands.add_outputs_get_flags(outputs_get)
     outputs_get.set_defaults(run="commands:outputs_get")
+
+    credit = commands_.add_parser("credits", help="a project's prepaid credit: show it, grant it (administrators)")
+    credit_commands = credit.add_subparsers(dest="credits_command", required=True)
+    grant = credit_commands.add_parser("grant", help="grant credit to a project")
+    show = credit_commands.add_parser("show", help="a project's balance, held and available credit")
+    billing.add_credits_flags(grant, show)
+    grant.set_defaults(run="billing:credits_grant")
+    show.set_defaults(run="billing:credits_show")
+
+    bill = commands_.add_parser("billing", help="operators' tools on the ledger (reads the database)")
+    bill_commands = bill.add_subparsers(dest="billing_command", required=True)
+    verify = bill_commands.add_parser("verify", help="check every ledger invariant; exit 1 on any breach")
+    statement = bill_commands.add_parser("statement", help="every movement and charge of a project, or CSV")
+    billing.add_billing_flags(verify, statement)
+    verify.set_defaults(run="billing:verify")
+    statement.set_defaults(run="billing:statement")
 
     volumes = commands_.add_parser("volumes", help="add revisions to Volumes")
     volumes_commands = volumes.add_subparsers(dest="volumes_command", required=True)

@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         blob_store=args.blob_store,
         **extra,  # type: ignore[arg-type]
     )
+
+
+# What nodus dev grants project "default" once, so that a new user can run Jobs at once.
+DEV_CREDITS = Decimal("100")
 
 
 def _dev_tokens(path: Path) -> Path:
@@ -106,7 +111,10 @@ def dev(args: argparse.Namespace) -> None:
         key_file = args.secret_key_file or _dev_secret_keys(data_dir / "secret-keys")
         if not args.blob_store:
             args.blob_store = str(data_dir / "blobs")
-        server = APIServer(_settings(args, url, token_file, bootstrap_projects=("default",)), secret_key_file=key_file)
+        server = APIServer(
+            _settings(args, url, token_file, bootstrap_projects=("default",), bootstrap_credits=DEV_CREDITS),
+            secret_key_file=key_file,
+        )
         listener = Listener(args.host, args.port, files.cert, files.key)
         controllers = processes.controller_settings(args, config, data_dir)
         if not args.identity:

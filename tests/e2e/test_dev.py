@@ -103,6 +103,10 @@ def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) 
     try:
         out = kubectl.run(kubectl_binary, data_dir.resolve() / "kubeconfig", "get", "jobs").stdout
         assert "survivor" in out, "objects must survive a restart on the same data dir"
+        credits = kubectl.run(
+            kubectl_binary, config, "get", "project", "default", "-o", "jsonpath={.status.credits.balanceUSD}"
+        ).stdout
+        assert credits == "100.00", "nodus dev grants project default its starting credit once, not per start"
     finally:
         assert _stop(process) == 0
 

@@ -96,7 +96,7 @@ async def secret_values(request: Request) -> Response:
         raise _gone(
             name,
             f'secrets.{GROUP} "{name}" has no version {version} (kept: {shown})',
-            "Versions beyond the newest 32 are pruned; create the Job again so that it pins a kept version.",
+            "Old versions no unfinished Job pins are dropped; create the Job again so that it pins a kept version.",
         )
     body = {
         "kind": "SecretValues",

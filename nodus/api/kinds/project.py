@@ -44,9 +44,28 @@ class ProjectSpec(Model):
     )
 
 
+class ProjectCredits(Model):
+    """ProjectCredits is a display copy of the project's prepaid credit in the ledger (decimal USD strings)."""
+
+    available_usd: str | None = Field(
+        default=None, alias="availableUSD", description="AvailableUSD is the credit that new holds may use."
+    )
+    balance_usd: str | None = Field(
+        default=None, alias="balanceUSD", description="BalanceUSD is available plus held credit."
+    )
+    held_usd: str | None = Field(
+        default=None, alias="heldUSD", description="HeldUSD is reserved for capacity that is billing."
+    )
+
+
 class ProjectStatus(Model):
     """ProjectStatus is what Nodus observed about a project."""
 
+    credits: ProjectCredits | None = Field(
+        default=None,
+        description="Credits is a display copy of the project's prepaid credit; GET .../projects/NAME/credits reads "
+        "the ledger itself.",
+    )
     phase: Literal["Active", "Terminating"] | None = Field(
         default=None, description="Phase is Active, or Terminating while its contents are being deleted."
     )

@@ -1,0 +1,101 @@
+"""A project's credits: read them (its members), grant them (administrators).
+
+``GET /apis/nodus.dev/v1/projects/{name}/credits`` answers the ledger's live figures::
+
+    {"kind": "Credits", "apiVersion": "nodus.dev/v1", "project": "demo",
+     "balanceUSD": "100.00", "heldUSD": "12.50", "availableUSD": "87.50"}
+
+``POST`` the same path with ``{"amountUSD": "100", "memo": "...", "key": "..."}`` grants credit
+(``nodus credits grant PROJECT AMOUNT``). ``key`` (or the ``Idempotency-Key`` header) names the
+grant: sent again, it grants nothing more; sent with another amount, it is refused (409). Without a
+key every POST is a new grant. After a grant the Project's ``status.credits`` (a display copy of
+the ledger, like every ``status.cost``) is brought up to date.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from nodus.api import credits as shown
+from nodus.api.context import RequestContext
+from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.http.authentication import authenticate
+from nodus.api.http.responses import request_id, respond
+from nodus.api.registry import GROUP
+from nodus.api.server import APIServer
+from nodus.billing import ledger, money
+from nodus.storage.errors import Key
+from nodus.storage.ledger import KeyReused
+
+_RESOURCE = "projects/credits"
+FIELD_MANAGER = "nodus-billing"
+MAX_KEY_LENGTH = 200
+
+
+async def credits(request: Request) -> Response:
+    """``GET``/``POST /apis/nodus.dev/v1/projects/{name}/credits``."""
+    server: APIServer = request.app.state.server
+    principal = authenticate(server, request)
+    name = request.path_params["name"]
+    projects = server.registry.by_plural("projects")
+    assert projects is not None
+    if request.method == "GET":
+        request.scope["state"]["metrics"] = ("get", _RESOURCE)
+        await server.authorizer.authorize(principal, "get", projects, None, name)
+    elif request.method == "POST":
+        request.scope["state"]["metrics"] = ("create", _RESOURCE)
+        if not principal.is_admin:
+            raise APIError(
+                "Forbidden",
+                f'projects.{GROUP} "{name}" is forbidden: User "{principal.user}" cannot create resource '
+                f'"{_RESOURCE}" in API group "{GROUP}"',
+                fix="Credits are granted by administrators (group system:masters): nodus credits grant PROJECT AMOUNT.",
+                details={"name": name, "group": GROUP, "kind": "projects"},
+            )
+    else:
+        raise method_not_allowed(request.method.lower(), _RESOURCE)
+    if await server.storage.get(Key("Project", "", name)) is None:
+        raise not_found("projects", GROUP, name)
+    if request.method == "POST":
+        amount, key, memo = _grant_request(await request.body(), request.headers.get("idempotency-key"))
+        try:
+            await ledger.grant(server.storage, name, amount, f"grant:{name}:{key}", memo)
+        except KeyReused:
+            raise APIError(
+                "Conflict",
+                f'the grant key "{key}" was used before for project {name} with another amount',
+                fix="Use a new key for a new grant; send the same key and amount to retry a grant safely.",
+                details={"name": name, "group": GROUP, "kind": "projects"},
+            ) from None
+    if request.method == "POST":
+        ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
+        figures = await shown.show(server.stores["projects"], server.storage, name, ctx)
+    else:
+        figures = await ledger.credits(server.storage, name)
+    return respond(shown.body(name, figures), status=201 if request.method == "POST" else 200)
+
+
+def _grant_request(raw: bytes, header_key: str | None) -> tuple[Any, str, str]:
+    try:
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError:
+        raise bad_request('the body must be a JSON object such as {"amountUSD": "100"}') from None
+    if not isinstance(body, dict):
+        raise bad_request('the body must be a JSON object such as {"amountUSD": "100"}')
+    try:
+        amount = money.parse(body.get("amountUSD"), "amountUSD")
+    except money.InvalidAmount as exc:
+        raise bad_request(
+            str(exc), fix='Send {"amountUSD": "100.00"}: a decimal string, up to six fractional digits.'
+        ) from None
+    if amount <= 0:
+        raise bad_request("amountUSD must be more than 0", fix='Send {"amountUSD": "100.00"}.')
+    key = str(body.get("key") or header_key or uuid.uuid4().hex)
+    if len(key) > MAX_KEY_LENGTH:
+        raise bad_request(f"key is longer than {MAX_KEY_LENGTH} characters")
+    return amount, key, str(body.get("memo") or "")[:500]

@@ -1,0 +1,1 @@
+"""Money: the double-entry ledger (grants, holds, charges, releases) and what it is shown as."""

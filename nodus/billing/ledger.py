@@ -1,0 +1,111 @@
+"""Every way money moves, as balanced postings: grants, holds, captures, covered time, releases.
+
+Accounts (``owner/name``):
+
+* per project: ``available`` (credit that may be held; never below zero) and ``held`` (reserved for
+  capacity that is billing; never below zero);
+* Nodus's own (owner ``nodus``): ``grants`` (where granted credit comes from: its balance is minus
+  everything ever granted), ``revenue`` (what was charged), ``covered`` (time Nodus paid for instead
+  of charging: a fault of Nodus) and ``capacity`` (the other side of covered time).
+
+| movement | entries | hold |
+|---|---|---|
+| grant *a* | nodus/grants -a, project/available +a | |
+| hold *a* | project/available -a, project/held +a | created with a, or extended by a |
+| capture *c* | project/held -c, nodus/revenue +c | amount -c, captured +c |
+| covered *c* | nodus/covered -c, nodus/capacity +c | |
+| release | project/held -rest, project/available +rest | settled, once |
+
+Each function makes one posting under an idempotency ``key`` the caller chooses so that a retry
+of the same intent is the same key (``grant:<request id>``, ``hold:<attempt uid>``,
+``capture:<attempt uid>:<segment>:<seq>``): replaying it changes nothing, reusing it for other
+amounts is refused (:class:`~nodus.storage.ledger.KeyReused`). Nothing here rounds: amounts come in
+at micro-dollar precision (``money.charge`` rounds a charge once).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from nodus.billing import money
+from nodus.storage import ledger
+from nodus.storage.ledger import NODUS, Charge, Entry, HoldChange, Posted, Posting
+from nodus.storage.objects import Storage
+
+AVAILABLE = "available"
+HELD = "held"
+GRANTS = "grants"
+REVENUE = "revenue"
+COVERED = "covered"
+CAPACITY = "capacity"
+
+
+def _positive(amount: Decimal, what: str) -> Decimal:
+    if amount <= 0 or amount != amount.quantize(money.MICRO):
+        raise money.InvalidAmount(f"{what} must be more than 0 with at most six fractional digits, not {amount}")
+    return amount
+
+
+async def grant(storage: Storage, project: str, amount: Decimal, key: str, memo: str = "") -> Posted:
+    """Add ``amount`` of credit to ``project`` (an administrator's grant)."""
+    amount = _positive(amount, "a grant")
+    entries = (Entry(NODUS, GRANTS, -amount), Entry(project, AVAILABLE, amount))
+    return await ledger.post(storage, Posting(key, "Grant", project, entries, memo=memo))
+
+
+async def hold(
+    storage: Storage, project: str, hold_id: str, amount: Decimal, key: str, *, subject: str = "", extend: bool = False
+) -> Posted:
+    """Reserve ``amount`` of ``project``'s available credit in hold ``hold_id`` (new, or ``extend``ed).
+
+    Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short."""
+    amount = _positive(amount, "a hold")
+    entries = (Entry(project, AVAILABLE, -amount), Entry(project, HELD, amount))
+    change = HoldChange(hold_id, held=amount, create=not extend, subject=subject)
+    posting = Posting(
+        key,
+        "Extend" if extend else "Hold",
+        project,
+        entries,
+        subject=hold_id,
+        non_negative=frozenset({(project, AVAILABLE)}),
+        hold=change,
+    )
+    return await ledger.post(storage, posting)
+
+
+async def capture(storage: Storage, project: str, hold_id: str, charge: Charge, key: str) -> Posted:
+    """Charge ``charge.amount`` from hold ``hold_id`` (it must hold that much: extend it first)."""
+    amount = charge.amount
+    if amount < 0:
+        raise money.InvalidAmount(f"a charge may not be negative: {amount}")
+    entries = (Entry(project, HELD, -amount), Entry(NODUS, REVENUE, amount))
+    posting = Posting(
+        key,
+        "Charge",
+        project,
+        entries,
+        subject=hold_id,
+        non_negative=frozenset({(project, HELD)}),
+        hold=HoldChange(hold_id, held=-amount, captured=amount),
+        charge=charge,
+    )
+    return await ledger.post(storage, posting)
+
+
+async def cover(storage: Storage, project: str, subject: str, charge: Charge, key: str) -> Posted:
+    """Record time Nodus pays for (``charge.covered``): nothing leaves the project."""
+    entries = (Entry(NODUS, COVERED, -charge.amount), Entry(NODUS, CAPACITY, charge.amount))
+    return await ledger.post(storage, Posting(key, "Covered", project, entries, subject=subject, charge=charge))
+
+
+async def release(storage: Storage, project: str, hold_id: str, key: str) -> Posted:
+    """Return what hold ``hold_id`` still holds to the project and settle it (at most once)."""
+    return await ledger.release(storage, key, project, hold_id)
+
+
+async def credits(storage: Storage, project: str) -> dict[str, Decimal]:
+    """The project's ``available`` and ``held`` credit, and their sum as ``balance``."""
+    accounts = await ledger.balances(storage, project)
+    available, held = accounts.get(AVAILABLE, money.ZERO), accounts.get(HELD, money.ZERO)
+    return {"available": available, "held": held, "balance": available + held}

@@ -1,0 +1,427 @@
+"""The ledger's tables: balanced, idempotent postings, account balances, holds and charges.
+
+This module owns the SQL; what a movement means (a grant, a hold, a capture) is ``nodus.billing``'s.
+One :func:`post` is one PostgreSQL transaction that, in this order:
+
+1. looks the idempotency key up: a posting already made with the same entries is a replay and
+   changes nothing (:attr:`Posted.replayed`); the same key with other entries is refused
+   (:class:`KeyReused`);
+2. creates the accounts it names if needed and locks them ``FOR UPDATE`` in id order (no deadlock
+   between two postings that touch the same accounts), then moves their balances;
+3. refuses a balance that would go below zero on an account that may not (:class:`Overdrawn`,
+   naming the account and the amounts);
+4. applies the hold change (create, add, capture, release; a hold is settled at most once,
+   :class:`HoldSettled`) and records the charge, if any;
+5. inserts the transaction and its entries. A deferred constraint trigger (migration 0006) refuses
+   the commit if the entries do not sum to zero.
+
+Amounts are :class:`~decimal.Decimal` with at most six fractional digits (NUMERIC(24, 6)); rounding
+is the caller's, done once where a charge is computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from nodus.storage.errors import StorageError
+from nodus.storage.objects import Storage
+
+NODUS = "nodus"  # the owner of Nodus's own accounts
+
+
+class LedgerError(StorageError):
+    """A posting was refused; nothing was written."""
+
+
+class KeyReused(LedgerError):
+    """The idempotency key was used before for a posting with other entries."""
+
+
+class Overdrawn(LedgerError):
+    """An account that may not go below zero would have."""
+
+    def __init__(self, owner: str, account: str, balance: Decimal, change: Decimal) -> None:
+        super().__init__(f"account {owner}/{account} holds {balance}; moving {change} would take it below zero")
+        self.owner, self.account, self.balance, self.change = owner, account, balance, change
+
+
+class HoldSettled(LedgerError):
+    """The hold was settled already (released), or never existed."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One leg: ``amount`` added to account ``owner/account`` (negative: taken from it)."""
+
+    owner: str
+    account: str
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class HoldChange:
+    """What a posting does to a hold: ``create`` it with ``held``, or add ``held`` (negative: captured
+    or released) with ``captured``/``released`` counted; ``settle`` closes it (at most once)."""
+
+    hold_id: str
+    held: Decimal = Decimal(0)
+    captured: Decimal = Decimal(0)
+    released: Decimal = Decimal(0)
+    create: bool = False
+    settle: bool = False
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A charge as statements show it: ``seconds`` of ``segment`` at ``rate_per_hour``."""
+
+    segment: str
+    seconds: Decimal
+    rate_per_hour: Decimal
+    amount: Decimal
+    covered: bool = False
+
+
+@dataclass(frozen=True)
+class Posting:
+    """One movement of money. ``non_negative`` names the accounts (owner, name) that may not go below zero."""
+
+    key: str
+    kind: str
+    project: str
+    entries: tuple[Entry, ...]
+    subject: str = ""
+    memo: str = ""
+    non_negative: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    hold: HoldChange | None = None
+    charge: Charge | None = None
+
+    def fingerprint(self) -> str:
+        """What makes two postings under one key the same: kind, project, subject and the entries."""
+        legs = sorted(f"{e.owner}/{e.account}:{e.amount.normalize()}" for e in self.entries)
+        text = "|".join([self.kind, self.project, self.subject, *legs])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Posted:
+    transaction_id: int
+    replayed: bool
+
+
+def _connection(storage: Storage) -> contextlib.AbstractAsyncContextManager[Any]:
+    # The object store's pool: the ledger shares its connections and its start/stop, as logs do.
+    return storage._connection()
+
+
+async def post(storage: Storage, posting: Posting) -> Posted:
+    """Make ``posting`` (see the module docstring), or find that it was made already."""
+    if sum((e.amount for e in posting.entries), Decimal(0)) != 0:
+        raise LedgerError(f"posting {posting.key}: its entries sum to {sum(e.amount for e in posting.entries)}, not 0")
+    fingerprint = posting.fingerprint()
+    async with _connection(storage) as conn:
+        try:
+            async with conn.transaction():
+                existing = await _existing(conn, posting.key, fingerprint)
+                if existing is not None:
+                    return Posted(existing, replayed=True)
+                return Posted(await _apply(conn, posting, fingerprint), replayed=False)
+        except asyncpg.UniqueViolationError:
+            # A concurrent posting of the same key won the race: this one is its replay, or a conflict.
+            existing = await _existing(conn, posting.key, fingerprint)
+            if existing is None:
+                raise
+            return Posted(existing, replayed=True)
+
+
+async def _existing(conn: Any, key: str, fingerprint: str) -> int | None:
+    row = await conn.fetchrow("SELECT id, fingerprint FROM ledger_transactions WHERE key = $1", key)
+    if row is None:
+        return None
+    if row["fingerprint"] != fingerprint:
+        raise KeyReused(f"the idempotency key {key} was used before for a posting with other amounts")
+    return int(row["id"])
+
+
+async def _apply(conn: Any, posting: Posting, fingerprint: str) -> int:
+    accounts = sorted({(e.owner, e.account) for e in posting.entries})
+    await conn.executemany(
+        "INSERT INTO ledger_accounts (owner, name) VALUES ($1, $2) ON CONFLICT (owner, name) DO NOTHING", accounts
+    )
+    rows = await conn.fetch(
+        "SELECT id, owner, name, balance FROM ledger_accounts WHERE (owner, name) IN "
+        "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY id FOR UPDATE",
+        [a[0] for a in accounts],
+        [a[1] for a in accounts],
+    )
+    by_name = {(r["owner"], r["name"]): r for r in rows}
+    changes: dict[tuple[str, str], Decimal] = {}
+    for entry in posting.entries:
+        changes[(entry.owner, entry.account)] = changes.get((entry.owner, entry.account), Decimal(0)) + entry.amount
+    for account, change in changes.items():
+        balance = Decimal(by_name[account]["balance"])
+        if account in posting.non_negative and balance + change < 0:
+            raise Overdrawn(account[0], account[1], balance, change)
+    await conn.executemany(
+        "UPDATE ledger_accounts SET balance = balance + $2 WHERE id = $1",
+        [(by_name[a]["id"], change) for a, change in changes.items() if change != 0],
+    )
+    if posting.hold is not None:
+        await _change_hold(conn, posting.project, posting.hold)
+    transaction_id = int(
+        await conn.fetchval(
+            "INSERT INTO ledger_transactions (key, kind, project, subject, fingerprint, memo) "
+            "VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            posting.key,
+            posting.kind,
+            posting.project,
+            posting.subject,
+            fingerprint,
+            posting.memo,
+        )
+    )
+    await conn.executemany(
+        "INSERT INTO ledger_entries (transaction_id, account_id, amount) VALUES ($1, $2, $3)",
+        [(transaction_id, by_name[(e.owner, e.account)]["id"], e.amount) for e in posting.entries],
+    )
+    if posting.charge is not None:
+        c = posting.charge
+        await conn.execute(
+            "INSERT INTO charges (transaction_id, project, subject, segment, seconds, rate_per_hour, amount, covered) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            transaction_id,
+            posting.project,
+            posting.subject,
+            c.segment,
+            c.seconds,
+            c.rate_per_hour,
+            c.amount,
+            c.covered,
+        )
+    return transaction_id
+
+
+async def _change_hold(conn: Any, project: str, change: HoldChange) -> None:
+    if change.create:
+        await conn.execute(
+            "INSERT INTO holds (id, project, subject, amount) VALUES ($1, $2, $3, $4)",
+            change.hold_id,
+            project,
+            change.subject,
+            change.held,
+        )
+        return
+    updated = await conn.fetchval(
+        "UPDATE holds SET amount = amount + $2, captured = captured + $3, released = released + $4, "
+        "settled_at = CASE WHEN $5 THEN now() ELSE settled_at END "
+        "WHERE id = $1 AND settled_at IS NULL AND amount + $2 >= 0 RETURNING id",
+        change.hold_id,
+        change.held,
+        change.captured,
+        change.released,
+        change.settle,
+    )
+    if updated is None:
+        raise HoldSettled(f"hold {change.hold_id} is settled already, does not exist, or holds less than asked")
+
+
+async def release(storage: Storage, key: str, project: str, hold_id: str, memo: str = "") -> Posted:
+    """Settle a hold: what it still holds goes back to the project's available credit, once.
+
+    The amount is read under the hold's row lock in the same transaction, so a capture racing the
+    release is either before it (and the release returns less) or refused after it (HoldSettled).
+    A replay of ``key`` changes nothing, whatever the hold holds by then."""
+    async with _connection(storage) as conn, conn.transaction():
+        replay = await conn.fetchval("SELECT id FROM ledger_transactions WHERE key = $1", key)
+        if replay is not None:
+            return Posted(int(replay), replayed=True)
+        row = await conn.fetchrow("SELECT amount, settled_at FROM holds WHERE id = $1 FOR UPDATE", hold_id)
+        if row is None or row["settled_at"] is not None:
+            raise HoldSettled(f"hold {hold_id} is settled already or does not exist")
+        rest = Decimal(row["amount"])
+        posting = Posting(
+            key=key,
+            kind="Release",
+            project=project,
+            subject=hold_id,
+            memo=memo,
+            entries=(Entry(project, "held", -rest), Entry(project, "available", rest)),
+            hold=HoldChange(hold_id, held=-rest, released=rest, settle=True),
+        )
+        fingerprint = hashlib.sha256(f"Release|{project}|{hold_id}".encode()).hexdigest()
+        return Posted(await _apply(conn, posting, fingerprint), replayed=False)
+
+
+@dataclass(frozen=True)
+class Hold:
+    id: str
+    project: str
+    subject: str
+    amount: Decimal
+    captured: Decimal
+    released: Decimal
+    settled: bool
+
+
+async def hold(storage: Storage, hold_id: str) -> Hold | None:
+    async with _connection(storage) as conn:
+        row = await conn.fetchrow("SELECT * FROM holds WHERE id = $1", hold_id)
+    return _hold(row) if row is not None else None
+
+
+async def holds_of(storage: Storage, subject_prefix: str) -> list[Hold]:
+    """The holds whose subject starts with ``subject_prefix`` (a Job's ``<project>/<job uid>``)."""
+    async with _connection(storage) as conn:
+        rows = await conn.fetch(
+            "SELECT * FROM holds WHERE starts_with(subject, $1) ORDER BY created_at", subject_prefix
+        )
+    return [_hold(r) for r in rows]
+
+
+def _hold(row: Any) -> Hold:
+    return Hold(
+        row["id"],
+        row["project"],
+        row["subject"],
+        Decimal(row["amount"]),
+        Decimal(row["captured"]),
+        Decimal(row["released"]),
+        row["settled_at"] is not None,
+    )
+
+
+async def balances(storage: Storage, owner: str) -> dict[str, Decimal]:
+    """Every account of ``owner`` and its balance."""
+    async with _connection(storage) as conn:
+        rows = await conn.fetch("SELECT name, balance FROM ledger_accounts WHERE owner = $1", owner)
+    return {r["name"]: Decimal(r["balance"]) for r in rows}
+
+
+async def charged(storage: Storage, subject_prefix: str) -> dict[str, Decimal]:
+    """Charged so far per segment for subjects starting with ``subject_prefix`` (covered time apart)."""
+    async with _connection(storage) as conn:
+        rows = await conn.fetch(
+            "SELECT segment, covered, sum(amount) AS amount FROM charges WHERE starts_with(subject, $1) "
+            "GROUP BY segment, covered",
+            subject_prefix,
+        )
+    out: dict[str, Decimal] = {}
+    for row in rows:
+        name = f"covered:{row['segment']}" if row["covered"] else row["segment"]
+        out[name] = out.get(name, Decimal(0)) + Decimal(row["amount"])
+    return out
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A broken ledger invariant, for ``nodus billing verify``."""
+
+    invariant: str
+    detail: str
+
+
+_CHECKS: Sequence[tuple[str, str, str]] = (
+    (
+        "EntriesBalance",
+        "SELECT transaction_id AS id, sum(amount) AS total FROM ledger_entries GROUP BY transaction_id "
+        "HAVING sum(amount) <> 0",
+        "transaction {id}: entries sum to {total}",
+    ),
+    (
+        "BalancesAreSums",
+        "SELECT a.owner, a.name, a.balance, coalesce(sum(e.amount), 0) AS total FROM ledger_accounts a "
+        "LEFT JOIN ledger_entries e ON e.account_id = a.id GROUP BY a.id "
+        "HAVING a.balance <> coalesce(sum(e.amount), 0)",
+        "account {owner}/{name}: balance {balance}, entries sum to {total}",
+    ),
+    (
+        "NoNegativeProjectBalance",
+        "SELECT owner, name, balance FROM ledger_accounts WHERE owner <> 'nodus' AND balance < 0",
+        "account {owner}/{name} is negative: {balance}",
+    ),
+    (
+        "HoldsAddUp",
+        "SELECT id, amount, captured, released FROM holds WHERE amount < 0 OR (settled_at IS NOT NULL AND amount <> 0)",
+        "hold {id}: amount {amount} (captured {captured}, released {released})",
+    ),
+    (
+        "HeldEqualsOpenHolds",
+        "SELECT p.project, coalesce(a.balance, 0) AS held, p.open FROM "
+        "(SELECT project, sum(amount) AS open FROM holds GROUP BY project) p "
+        "LEFT JOIN ledger_accounts a ON a.owner = p.project AND a.name = 'held' "
+        "WHERE coalesce(a.balance, 0) <> p.open",
+        "project {project}: held account {held}, open holds {open}",
+    ),
+)
+
+
+async def breaches(storage: Storage) -> list[Breach]:
+    """Every breach of the ledger's invariants (empty: the ledger is sound)."""
+    found: list[Breach] = []
+    async with _connection(storage) as conn:
+        for invariant, query, detail in _CHECKS:
+            for row in await conn.fetch(query):
+                found.append(Breach(invariant, detail.format(**dict(row))))
+    return found
+
+
+async def project_credit_copies(storage: Storage) -> list[tuple[str, dict[str, Any]]]:
+    """Every Project's ``status.credits`` display copy, by project name."""
+    async with _connection(storage) as conn:
+        rows = await conn.fetch(
+            "SELECT name, (body::jsonb->'status'->'credits')::text AS credits FROM objects "
+            "WHERE kind = 'Project' AND body::jsonb->'status' ? 'credits'"
+        )
+    return [(r["name"], json.loads(r["credits"])) for r in rows]
+
+
+@dataclass(frozen=True)
+class StatementLine:
+    time: datetime
+    key: str
+    kind: str
+    subject: str
+    segment: str
+    seconds: Decimal | None
+    rate_per_hour: Decimal | None
+    amount: Decimal
+    covered: bool
+    memo: str
+
+
+async def statement(storage: Storage, project: str, start: datetime, end: datetime) -> AsyncIterator[StatementLine]:
+    """Every movement of ``project``'s available and held credit and every charge, oldest first."""
+    query = """
+        SELECT t.created_at, t.key, t.kind, t.subject, t.memo, c.segment, c.seconds, c.rate_per_hour, c.covered,
+               coalesce(c.amount, (SELECT sum(e.amount) FROM ledger_entries e JOIN ledger_accounts a
+                                   ON a.id = e.account_id
+                                   WHERE e.transaction_id = t.id AND a.owner = t.project AND a.name = 'available'))
+               AS amount
+        FROM ledger_transactions t LEFT JOIN charges c ON c.transaction_id = t.id
+        WHERE t.project = $1 AND t.created_at >= $2 AND t.created_at < $3
+        ORDER BY t.id
+    """
+    async with _connection(storage) as conn, conn.transaction():
+        async for row in conn.cursor(query, project, start, end):
+            yield StatementLine(
+                row["created_at"],
+                row["key"],
+                row["kind"],
+                row["subject"],
+                row["segment"] or "",
+                Decimal(row["seconds"]) if row["seconds"] is not None else None,
+                Decimal(row["rate_per_hour"]) if row["rate_per_hour"] is not None else None,
+                Decimal(row["amount"] or 0),
+                bool(row["covered"]),
+                row["memo"],
+            )

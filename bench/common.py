@@ -391,11 +391,13 @@ def write_result(spec: dict[str, Any], result: Any) -> None:
 
 
 def create_project(server: Server, name: str = PROJECT) -> None:
+    """The project, with credit enough that no benchmark Job waits for money."""
     server.json(
         "POST",
         f"{API}/projects",
         {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": name}, "spec": {}},
     )
+    server.json("POST", f"{API}/projects/{name}/credits", {"amountUSD": "1000000", "key": "bench"})
 
 
 def jobs_path(project: str = PROJECT) -> str:

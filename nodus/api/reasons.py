@@ -174,6 +174,9 @@ _register(
     "Each conflicting field is listed in `details.causes` with the manager that owns it.",
 )
 
+_insufficient = statusreasons.get("InsufficientCredits")
+_register("InsufficientCredits", 402, _insufficient.summary, _insufficient.fix, _insufficient.explanation)
+
 # The reasons controllers write into ``status.reason`` (Jobs, Attempts, Nodes). They are not HTTP
 # errors (status 0 here); the table lives in ``nodus.apimachinery.statusreasons`` so that controllers,
 # which never import the API server, write exactly the codes whose pages it serves.

@@ -261,3 +261,11 @@ _add(
     "Outputs are collected when an index succeeds; an output that cannot be collected fails the attempt (a "
     "customer failure, counted against spec.backoffLimit).",
 )
+
+_add(
+    "InsufficientCredits",
+    "The project's available credit does not cover the hold that capacity needs.",
+    "An administrator grants credit (nodus credits grant PROJECT AMOUNT), or the project runs less at once.",
+    "Before capacity starts, a hold reserves its rate for a funded window plus the minimum charge; the hold must "
+    "fit the project's available credit. The message names the amounts.",
+)

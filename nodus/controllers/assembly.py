@@ -1,7 +1,8 @@
 """``nodus controllers``: every reconciler, wired to shared informers, under one leader.
 
 What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the
-Secret pins (old Secret versions kept while Jobs pin them), the scheduler loop, the provisioner
+Secret pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each
+attempt), the scheduler loop, the provisioner
 (attempts to hosts, idle hosts released), node lifecycle
 (heartbeats), and, with the simulated cloud, the hosts controller that boots and kills agents.
 Standbys keep their informers synced so a takeover starts warm. Garbage collection of owned
@@ -21,6 +22,7 @@ from typing import Any
 
 from nodus.client import Client, ClientConfig, errors
 from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
+from nodus.controllers.billing import AttemptBilling
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
     WAITING_INDEX,
@@ -131,6 +133,10 @@ class Controllers:
         referenced["secrets"].add_handler(enqueue_object(pins_queue))
         jobs.add_handler(enqueue_pinned(pins_queue))
         manager.add_controller("secret-pins", SecretPins(client, referenced["secrets"], jobs), pins_queue, workers)
+
+        billing_queue: WorkQueue[Any] = WorkQueue()
+        attempts.add_handler(enqueue_object(billing_queue))
+        manager.add_controller("billing", AttemptBilling(client, attempts), billing_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

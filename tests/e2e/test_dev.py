@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,8 @@ def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) 
         credits = kubectl.run(
             kubectl_binary, config, "get", "project", "default", "-o", "jsonpath={.status.credits.balanceUSD}"
         ).stdout
-        assert credits == "100.00", "nodus dev grants project default its starting credit once, not per start"
+        # 100 USD granted once (not again at the restart), less what the Job was charged.
+        assert Decimal(90) < Decimal(credits) <= Decimal(100), credits
     finally:
         assert _stop(process) == 0
 

@@ -21,6 +21,7 @@ from nodus.api.kinds.job.spec import EnvVar, InitCommand, Network, Sidecar
 from nodus.api.kinds.job.spec_capacity import Placement, Resources
 from nodus.api.kinds.job.spec_data import JobOutput
 from nodus.api.kinds.job.status import InputStatus, OutputStatus, Progress, SourceStatus, UnitMetrics, VolumeStatus
+from nodus.api.kinds.job.status_cost import Cost
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
@@ -161,6 +162,7 @@ class AttemptRuntime(JobModel):
 class AttemptStatus(JobModel):
     """AttemptStatus is what Nodus observed about one run."""
 
+    cost: Cost | None = Field(None, description="Cost is a display copy of the ledger for this allocation.")
     exit_code: int | None = Field(None, description="ExitCode is the program's exit status.")
     finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
     gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the visible GPUs.")

@@ -30,7 +30,9 @@ RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
-PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
+PERMANENT_REASONS = frozenset(
+    {"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable", "InsufficientCredits"}
+)
 
 
 @dataclass
@@ -180,6 +182,9 @@ def _permanent_failure(slots: Slots) -> tuple[str, str] | None:
         attempt_status = attempt.get("status") or {}
         if phase(attempt) == "Failed" and attempt_status.get("reason") in PERMANENT_REASONS:
             return str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+        stop = (attempt.get("spec") or {}).get("stop") or {}
+        if phase(attempt) == "Stopped" and stop.get("reason") in PERMANENT_REASONS:
+            return str(stop["reason"]), statusreasons.get(str(stop["reason"])).summary
     return None
 
 

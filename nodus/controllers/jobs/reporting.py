@@ -12,6 +12,10 @@ reconcile, so it is always what the attempts say (level-triggered) and never nee
 * ``progress`` and ``unitMetrics``: the newest attempt that reported any; the cost per unit is the
   attempt's frozen rate times its running time, divided by its units.
 * ``volumes``: read-only mounts' pinned revisions, and the revisions writable mounts wrote.
+* ``cost``: the sum of the attempts' ``status.cost`` (each a display copy of the ledger written by
+  the billing controller): totals and segments add up, the rate is that of capacity still billing,
+  the funded edge is the earliest of the live attempts', and it is ``final`` once every attempt's is
+  and none will start again (the Job is terminal).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def collect(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
     _source(status, spec, attempts)
     _progress(status, attempts, now)
     _volumes(status, attempts)
+    _cost(status, spec, attempts)
 
 
 def pinned_source(spec: Object, status: Object) -> Object | None:
@@ -143,3 +148,49 @@ def _volumes(status: Object, attempts: list[Object]) -> None:
     for volume in written:
         entries[(str(volume.get("volume")), str(volume.get("mountPath")))] = volume
     status["volumes"] = sorted(entries.values(), key=lambda v: (str(v.get("mountPath")), str(v.get("volume"))))
+
+
+_SEGMENTS = ("bootUSD", "runningUSD", "restoreUSD", "teardownUSD")
+_TERMINAL_JOB = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+
+def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
+    costs = [c for a in attempts if (c := (a.get("status") or {}).get("cost"))]
+    limit = spec.get("maxCostUSD")
+    if not costs and limit is None:
+        return
+    total, held, rate = Decimal(0), Decimal(0), Decimal(0)
+    segments: dict[str, Decimal] = {}
+    covered: set[str] = set()
+    funded: list[str] = []
+    for cost in costs:
+        total += Decimal(str(cost.get("totalUSD") or "0"))
+        held += Decimal(str(cost.get("heldUSD") or "0"))
+        rate += Decimal(str(cost.get("rateUSDPerHour") or "0"))
+        for name in _SEGMENTS:
+            if name in (cost.get("bySegment") or {}):
+                segments[name] = segments.get(name, Decimal(0)) + Decimal(str(cost["bySegment"][name]))
+        covered.update((cost.get("bySegment") or {}).get("coveredByNodus") or [])
+        if cost.get("fundedUntilTime"):
+            funded.append(str(cost["fundedUntilTime"]))
+    shown: Object = {"totalUSD": _usd(total), "heldUSD": _usd(held), "rateUSDPerHour": _usd(rate)}
+    by_segment: Object = {name: _usd(amount) for name, amount in segments.items()}
+    if covered:
+        by_segment["coveredByNodus"] = sorted(covered)
+    if by_segment:
+        shown["bySegment"] = by_segment
+    if funded:
+        shown["fundedUntilTime"] = min(funded)
+    if limit is not None:
+        shown["limitUSD"] = str(limit)
+    billed = [a for a in attempts if (a.get("status") or {}).get("scheduledTime")]
+    shown["final"] = status.get("phase") in _TERMINAL_JOB and all(
+        ((a.get("status") or {}).get("cost") or {}).get("final") for a in billed
+    )
+    status["cost"] = shown
+
+
+def _usd(value: Decimal) -> str:
+    written = format(value.quantize(_MICRO).normalize(), "f")
+    whole, _, fraction = written.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"

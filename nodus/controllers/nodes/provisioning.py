@@ -1,7 +1,8 @@
 """The provisioner: gives each placed Attempt a host, and releases hosts nobody uses.
 
 After the scheduler has placed an Attempt (``status.placement``: an offering, and a warm node when
-it chose to reuse one), the provisioner assigns it a Node: the warm one if it is still free, else a
+it chose to reuse one) and the billing controller has funded it (a hold: ``status.cost.fundedUntilTime``),
+the provisioner assigns it a Node: the warm one if it is still free, else a
 new Node in phase ``Booting`` that the provider brings up. The assignment is one write to the
 Attempt (``spec.node``, ``spec.offering`` and the ``nodus.dev/node`` label its agent selects on),
 guarded by the resourceVersion read, so a stale view is refused and retried. A Node created for an
@@ -109,6 +110,8 @@ class AttemptProvisioner:
             or spec.get("node")
             or spec.get("stop")
             or not placement.get("offering")
+            # No capacity before its hold: the billing controller funds the attempt first (ADR 0017).
+            or not (status.get("cost") or {}).get("fundedUntilTime")
         ):
             return None
         node_name = placement.get("node")

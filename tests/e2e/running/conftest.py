@@ -48,7 +48,8 @@ class Running:
         apiserver, controllers = self.cluster.logs()[-20000:], self.controllers.logs()[-40000:]
         return f"--- apiserver ---\n{apiserver}\n--- controllers ---\n{controllers}"
 
-    def project(self) -> str:
+    def project(self, credit: str | None = "1000") -> str:
+        """A new project where alice is Owner, with ``credit`` USD granted (None: none)."""
         name = f"run-{uuid.uuid4().hex[:8]}"
         with self.client() as client:
             body = {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": name}, "spec": {}}
@@ -56,6 +57,9 @@ class Running:
                 f"{API}/projects", json={**body, "spec": {"members": [{"name": "alice", "role": "Owner"}]}}
             )
             assert response.status_code == 201, response.text
+            if credit is not None:
+                granted = client.post(f"{API}/projects/{name}/credits", json={"amountUSD": credit, "key": "start"})
+                assert granted.status_code == 201, granted.text
         return name
 
     def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 90) -> Any:

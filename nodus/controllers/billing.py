@@ -1,0 +1,292 @@
+"""Billing of attempts: a hold when capacity is ordered, charges as it bills, the release at the end.
+
+Keyed by Attempt; level-triggered: every reconcile reads what the Attempt says (its times, its frozen
+rate) and what the ledger says (the hold, what was charged per segment, through the API's ledger
+door, ``nodus/api/http/billing.py``) and posts only the difference, under keys derived from the
+attempt and the amounts, so a retry, a crash or a second reconcile never charges twice.
+
+The rules, per attempt (one allocation of capacity):
+
+* Billing starts when the scheduler binds the attempt (``status.scheduledTime``: capacity is ordered)
+  at the rate frozen at placement (``status.placement.rateUSDPerHour``) and ends at its
+  ``finishTime``.
+* Segments: ``Boot`` from the start of billing to ``startTime`` (``Restore`` instead when the attempt
+  replaces one that lost its capacity), ``Running`` from ``startTime`` to ``finishTime``, and
+  ``Teardown``: the rounding of the whole billed time up to the billing increment (60 s), charged
+  once at the end. Each segment is charged ``rate x seconds / 3600`` rounded half-up to the
+  micro-dollar (:func:`nodus.billing.money.charge`, mirrored in :func:`charge`).
+* Time lost to a fault of Nodus (an attempt ``Lost`` with ``BootFailed`` or ``NodeLost``) is covered:
+  posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``. A preempted
+  attempt is charged to its stop.
+* The hold: the rate for ``FUNDED_WINDOW`` plus the minimum charge (one increment), placed when the
+  attempt is bound and extended by the same amount whenever less than half a window is left. A hold
+  the project cannot fund stops the attempt with ``InsufficientCredits`` before anything is charged.
+* A segment is captured once it is closed (its end is known: ``Boot`` at ``startTime``, the others at
+  ``finishTime``), never estimated: the Attempt's times are whole seconds, written by the agent, and
+  a charge computed from "now" could exceed the time that turns out to have been billed. Meanwhile the
+  hold keeps ahead of what accrues (checked every ``CAPTURE_INTERVAL``), so the money is reserved as
+  it accrues. At the end the hold is released and ``status.cost.final`` is set.
+
+``status.cost`` of the Attempt is a display copy of the ledger; the Job's is the sum of its
+attempts' (``jobs/reporting.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.client import Client, errors
+from nodus.controllers.jobs.reconciling import stop_attempt
+from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.manager import Result
+
+Object = dict[str, Any]
+log = logging.getLogger("nodus.controllers.billing")
+
+FUNDED_WINDOW = timedelta(minutes=10)
+CAPTURE_INTERVAL = 30.0
+INCREMENT_SECONDS = 60
+MICRO = Decimal("0.000001")
+COVERED_REASONS = frozenset({"BootFailed", "NodeLost"})
+_TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+API = "/apis/nodus.dev/v1"
+
+
+def charge(rate: Decimal, seconds: Decimal) -> Decimal:
+    """``rate x seconds / 3600`` rounded half-up to the micro-dollar (as ``nodus.billing.money.charge``)."""
+    return (rate * seconds / Decimal(3600)).quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
+def usd(value: Decimal) -> str:
+    written = format(value.quantize(MICRO).normalize(), "f")
+    whole, _, fraction = written.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+@dataclass(frozen=True)
+class Bill:
+    """What an attempt owes per segment at a moment, from its own times. ``closed`` are the segments
+    whose end is known (their seconds will not change): only those are captured."""
+
+    seconds: dict[str, Decimal]
+    rate: Decimal
+    covered: bool
+    final: bool
+    closed: tuple[str, ...] = ()
+
+    def amounts(self) -> dict[str, Decimal]:
+        return {segment: charge(self.rate, s) for segment, s in self.seconds.items()}
+
+    @property
+    def step(self) -> Decimal:
+        """One funded window at the rate: what a hold is extended by."""
+        return (self.rate * Decimal(FUNDED_WINDOW.total_seconds()) / 3600).quantize(MICRO, rounding=ROUND_CEILING)
+
+
+def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
+    """The attempt's billed seconds per segment at ``now`` (None: it never billed)."""
+    status = attempt.get("status") or {}
+    ordered = units.time_or_none(status.get("scheduledTime"))
+    rate_text = (status.get("placement") or {}).get("rateUSDPerHour")
+    if ordered is None or not rate_text:
+        return None
+    final = status.get("phase") in _TERMINAL
+    end = units.time_or_none(status.get("finishTime")) or now if final else now
+    started = units.time_or_none(status.get("startTime"))
+    boot_end = min(started, end) if started is not None else end
+    boot = _seconds(boot_end - ordered)
+    running = _seconds(end - started) if started is not None and end > started else Decimal(0)
+    seconds = {("Restore" if restore else "Boot"): boot, "Running": running}
+    if final:
+        total = boot + running
+        billed = max(
+            (total / INCREMENT_SECONDS).to_integral_value(rounding=ROUND_CEILING) * INCREMENT_SECONDS,
+            Decimal(INCREMENT_SECONDS),
+        )
+        seconds["Teardown"] = billed - total
+    covered = status.get("phase") == "Lost" and status.get("reason") in COVERED_REASONS
+    first = "Restore" if restore else "Boot"
+    closed = tuple(seconds) if final else ((first,) if started is not None else ())
+    return Bill(seconds, Decimal(str(rate_text)), covered, final, closed)
+
+
+def _refused(attempt: Object) -> bool:
+    """Whether the attempt was ended because its hold could not be funded (so it never billed)."""
+    status, stop = attempt.get("status") or {}, (attempt.get("spec") or {}).get("stop") or {}
+    return "InsufficientCredits" in (status.get("reason"), stop.get("reason"))
+
+
+def _seconds(delta: timedelta) -> Decimal:
+    return max(Decimal(str(delta.total_seconds())).quantize(Decimal("0.001")), Decimal(0))
+
+
+class AttemptBilling:
+    """Reconciles the money of one attempt (see the module docstring)."""
+
+    def __init__(self, client: Client, attempts: Informer) -> None:
+        self._client = client
+        self._attempts = attempts
+
+    async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
+        namespace, name = key
+        attempt = self._attempts.get(namespace, name) if namespace is not None else None
+        if attempt is None or namespace is None:
+            return None
+        status = attempt.get("status") or {}
+        if (status.get("cost") or {}).get("final"):
+            return None
+        now = units.now()
+        owed = bill(attempt, now, self._replaces_lost(attempt))
+        if owed is None:
+            return None
+        uid = str(attempt["metadata"]["uid"])
+        ledger = await self._get(namespace, uid)
+        if not ledger["exists"]:
+            if _refused(attempt):
+                return await self._write_cost(attempt, ledger, Bill({}, owed.rate, False, True))  # nothing billed
+            hold = owed.rate * Decimal(FUNDED_WINDOW.total_seconds()) / 3600 + charge(
+                owed.rate, Decimal(INCREMENT_SECONDS)
+            )
+            hold = hold.quantize(MICRO, rounding=ROUND_CEILING)
+            body = {"operation": "Hold", "key": f"hold:{uid}", "hold": uid, "amountUSD": usd(hold)}
+            body["subject"] = str((attempt.get("spec") or {}).get("jobUID") or "")
+            try:
+                ledger = await self._post(namespace, body)
+            except errors.APIError as exc:
+                if exc.reason != "InsufficientCredits":
+                    raise
+                await self._refuse(attempt, str(exc))
+                return None
+        ledger = await self._capture(namespace, uid, owed, ledger)
+        if owed.final:
+            if not ledger.get("settled"):
+                ledger = await self._post(namespace, {"operation": "Release", "key": f"release:{uid}", "hold": uid})
+            await self._write_cost(attempt, ledger, owed)
+            return None
+        await self._write_cost(attempt, ledger, owed)
+        return Result(requeue_after=CAPTURE_INTERVAL)
+
+    def _replaces_lost(self, attempt: Object) -> bool:
+        spec = attempt.get("spec") or {}
+        number = int(spec.get("number") or 1)
+        if number <= 1:
+            return False
+        previous = self._attempts.get(
+            attempt["metadata"]["namespace"], f"{spec.get('job')}-{spec.get('index', 0)}-{number - 1}"
+        )
+        return previous is not None and (previous.get("status") or {}).get("phase") == "Lost"
+
+    async def _capture(self, namespace: str, uid: str, owed: Bill, ledger: Object) -> Object:
+        """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues."""
+        charged = {**ledger.get("chargedUSD", {}), **ledger.get("coveredUSD", {})}
+        for segment in owed.closed:
+            seconds = owed.seconds[segment]
+            due = charge(owed.rate, seconds) - Decimal(str(charged.get(segment, "0")))
+            if due <= 0:
+                continue
+            held = Decimal(str(ledger.get("amountUSD") or "0"))
+            if not owed.covered and due > held:
+                ledger = await self._extend(namespace, uid, ledger, max(owed.step, due - held))
+            body = {
+                "operation": "Cover" if owed.covered else "Capture",
+                "key": f"{'cover' if owed.covered else 'capture'}:{uid}:{segment}:{seconds}",
+                "hold": uid,
+                "segment": segment,
+                "seconds": str(seconds),
+                "rateUSDPerHour": usd(owed.rate),
+                "amountUSD": usd(due),
+            }
+            ledger = await self._post(namespace, body)
+        if not owed.final and not owed.covered:
+            ledger = await self._keep_funded(namespace, uid, owed, ledger)
+        return ledger
+
+    async def _keep_funded(self, namespace: str, uid: str, owed: Bill, ledger: Object) -> Object:
+        """Extend the hold by a window once less than half a window is left beyond what has accrued."""
+        charged = sum((Decimal(str(v)) for v in (ledger.get("chargedUSD") or {}).values()), Decimal(0))
+        accrued_open = sum(owed.amounts().values(), Decimal(0)) - charged
+        left = Decimal(str(ledger.get("amountUSD") or "0")) - accrued_open
+        if owed.rate <= 0 or left >= owed.step / 2:
+            return ledger
+        try:
+            return await self._extend(namespace, uid, ledger, owed.step)
+        except errors.APIError as exc:
+            if exc.reason != "InsufficientCredits":
+                raise
+            log.warning("hold %s cannot be extended: %s", uid, exc)
+            return ledger
+
+    async def _extend(self, namespace: str, uid: str, ledger: Object, amount: Decimal) -> Object:
+        amount = amount.quantize(MICRO, rounding=ROUND_CEILING)
+        # The key names the hold's total after the extension: two reconciles extending from the same
+        # state post the same key (one extension), a later extension a new one.
+        total = Decimal(str(ledger.get("capturedUSD") or "0")) + Decimal(str(ledger.get("amountUSD") or "0")) + amount
+        body = {"operation": "Extend", "key": f"extend:{uid}:{usd(total)}", "hold": uid, "amountUSD": usd(amount)}
+        return await self._post(namespace, body)
+
+    async def _refuse(self, attempt: Object, message: str) -> None:
+        """The project cannot fund the hold: the attempt ends before it bills anything."""
+        meta = attempt["metadata"]
+        log.info("attempt %s/%s refused: %s", meta["namespace"], meta["name"], message)
+        if (attempt.get("spec") or {}).get("node"):
+            await stop_attempt(self._client, attempt, "InsufficientCredits", grace_seconds=0)
+            return
+        status = {
+            **(attempt.get("status") or {}),
+            "phase": "Failed",
+            "reason": "InsufficientCredits",
+            "message": message,
+            "finishTime": units.format_time(units.now()),
+        }
+        with contextlib.suppress(errors.Conflict, errors.NotFound):  # it moved on: the next reconcile looks again
+            await self._client.update(
+                "attempts", {**attempt, "status": status}, meta["namespace"], subresource="status"
+            )
+
+    async def _write_cost(self, attempt: Object, ledger: Object, owed: Bill) -> Result | None:
+        charged = {k: Decimal(str(v)) for k, v in (ledger.get("chargedUSD") or {}).items()}
+        covered = sorted((ledger.get("coveredUSD") or {}).keys())
+        # Every closed segment is shown, a zero one too (a warm start has no boot to charge).
+        shown = {
+            s: charged.get(s, Decimal(0))
+            for s in (*owed.closed, *charged)
+            if s not in set(ledger.get("coveredUSD") or {})
+        }
+        segments: Object = {
+            f"{s.lower()}USD": usd(shown[s]) for s in ("Boot", "Running", "Restore", "Teardown") if s in shown
+        }
+        if covered:
+            segments["coveredByNodus"] = covered
+        cost: Object = {
+            "totalUSD": usd(sum(charged.values(), Decimal(0))),
+            "heldUSD": usd(Decimal(str(ledger.get("amountUSD") or "0"))),
+            "rateUSDPerHour": usd(Decimal(0) if owed.final else owed.rate),
+            "bySegment": segments,
+            "final": owed.final,
+        }
+        held = Decimal(str(ledger.get("amountUSD") or "0"))
+        if not owed.final and owed.rate > 0:
+            until = units.now() + timedelta(seconds=float(held / owed.rate * 3600))
+            cost["fundedUntilTime"] = units.format_time(until)
+        if (attempt.get("status") or {}).get("cost") == cost:
+            return None
+        meta = attempt["metadata"]
+        with contextlib.suppress(errors.NotFound):
+            await self._client.patch(
+                "attempts", meta["name"], {"status": {"cost": cost}}, meta["namespace"], subresource="status"
+            )
+        return None
+
+    async def _get(self, namespace: str, uid: str) -> Object:
+        response = await self._client.request("GET", f"{API}/namespaces/{namespace}/ledger/holds/{uid}")
+        return dict(response.json())
+
+    async def _post(self, namespace: str, body: Object) -> Object:
+        response = await self._client.request("POST", f"{API}/namespaces/{namespace}/ledger/postings", json=body)
+        return dict(response.json())

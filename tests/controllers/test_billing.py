@@ -1,0 +1,108 @@
+"""What an attempt owes, per segment, from its own times: a pure function, table-driven."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from nodus.controllers import billing
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+
+
+def attempt(phase: str, **times: str) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "placement": {"rateUSDPerHour": "3.6"}, **times}
+    return {"metadata": {"name": "a", "namespace": "p", "uid": "u"}, "spec": {"number": 1}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("obj", "restore", "seconds", "closed"),
+    [
+        pytest.param(attempt("Provisioning"), False, None, (), id="not-bound-yet"),
+        pytest.param(
+            attempt("Provisioning", scheduledTime="2026-11-29T11:59:30Z"),
+            False,
+            {"Boot": "30", "Running": "0"},
+            (),
+            id="booting-nothing-closed",
+        ),
+        pytest.param(
+            attempt("Running", scheduledTime="2026-11-29T11:59:00Z", startTime="2026-11-29T11:59:20Z"),
+            False,
+            {"Boot": "20", "Running": "40"},
+            ("Boot",),
+            id="running-boot-closed",
+        ),
+        pytest.param(
+            attempt(
+                "Succeeded",
+                scheduledTime="2026-11-29T11:58:00Z",
+                startTime="2026-11-29T11:58:10Z",
+                finishTime="2026-11-29T11:58:55Z",
+            ),
+            False,
+            {"Boot": "10", "Running": "45", "Teardown": "5"},
+            ("Boot", "Running", "Teardown"),
+            id="finished-rounded-to-the-minute",
+        ),
+        pytest.param(
+            attempt(
+                "Succeeded",
+                scheduledTime="2026-11-29T11:50:00Z",
+                startTime="2026-11-29T11:50:00Z",
+                finishTime="2026-11-29T11:52:00Z",
+            ),
+            True,
+            {"Restore": "0", "Running": "120", "Teardown": "0"},
+            ("Restore", "Running", "Teardown"),
+            id="replacement-whole-minutes",
+        ),
+        pytest.param(
+            attempt("Lost", scheduledTime="2026-11-29T11:59:00Z", finishTime="2026-11-29T11:59:40Z"),
+            False,
+            {"Boot": "40", "Running": "0", "Teardown": "20"},
+            ("Boot", "Running", "Teardown"),
+            id="lost-while-booting",
+        ),
+    ],
+)
+def test_billed_seconds(
+    obj: dict[str, Any], restore: bool, seconds: dict[str, str] | None, closed: tuple[str, ...]
+) -> None:
+    owed = billing.bill(obj, NOW, restore)
+    if seconds is None:
+        assert owed is None
+        return
+    assert owed is not None
+    assert {k: v for k, v in owed.seconds.items()} == {k: Decimal(v) for k, v in seconds.items()}
+    assert owed.closed == closed
+
+
+def test_a_nodus_fault_is_covered_and_a_preemption_is_not() -> None:
+    times = {
+        "scheduledTime": "2026-11-29T11:59:00Z",
+        "startTime": "2026-11-29T11:59:10Z",
+        "finishTime": "2026-11-29T11:59:50Z",
+    }
+    lost = attempt("Lost", reason="NodeLost", **times)
+    preempted = attempt("Lost", reason="Preempted", **times)
+    assert billing.bill(lost, NOW, False).covered  # type: ignore[union-attr]
+    assert not billing.bill(preempted, NOW, False).covered  # type: ignore[union-attr]
+
+
+def test_charges_are_rate_times_seconds_to_the_micro_dollar() -> None:
+    owed = billing.bill(
+        attempt(
+            "Succeeded",
+            scheduledTime="2026-11-29T11:58:00Z",
+            startTime="2026-11-29T11:58:10Z",
+            finishTime="2026-11-29T11:58:55Z",
+        ),
+        NOW,
+        False,
+    )
+    assert owed is not None
+    assert owed.amounts() == {"Boot": Decimal("0.01"), "Running": Decimal("0.045"), "Teardown": Decimal("0.005")}

@@ -1,0 +1,104 @@
+"""Billing end to end: a Job's attempts hold credit, are charged exactly for the time they billed,
+release the rest, and the ledger proves it; a project that cannot fund a hold runs nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from typing import Any
+
+import pytest
+
+from tests.e2e.running.conftest import Running
+from tests.support.objects import API
+
+pytestmark = pytest.mark.e2e
+
+MICRO = Decimal("0.000001")
+
+
+def create_job(running: Running, project: str, name: str, script: str) -> None:
+    body = {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "python:3.12-slim",
+            "command": ["/bin/sh", "-c", script],
+            "resources": {"cpu": "1"},
+            "placement": {"offerings": ["cpu-8c-us"]},
+        },
+    }
+    with running.client() as client:
+        response = client.post(f"{API}/namespaces/{project}/jobs", json=body)
+        assert response.status_code == 201, response.text
+
+
+def seconds(start: str, end: str) -> Decimal:
+    delta = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    return max(Decimal(str(delta.total_seconds())).quantize(Decimal("0.001")), Decimal(0))
+
+
+def charge(rate: Decimal, billed: Decimal) -> Decimal:
+    return (rate * billed / 3600).quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
+def credits(running: Running, project: str) -> dict[str, Any]:
+    with running.client() as client:
+        return dict(client.get(f"{API}/projects/{project}/credits").json())
+
+
+def verify(running: Running) -> subprocess.CompletedProcess[str]:
+    env = {"NODUS_DATABASE_URL": running.cluster.database_url, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "nodus", "billing", "verify"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_a_job_is_charged_exactly_for_the_time_it_billed(running: Running) -> None:
+    project = running.project(credit="10")
+    create_job(running, project, "billed", "sleep 2")
+    running.wait_phase(project, "billed", "Succeeded")
+    job = running.wait_for(
+        "the final charge", lambda: (j := running.job(project, "billed"))["status"].get("cost", {}).get("final") and j
+    )
+    [attempt] = running.attempts(project, "billed")
+    status = attempt["status"]
+    rate = Decimal(status["placement"]["rateUSDPerHour"])
+    boot = seconds(status["scheduledTime"], status["startTime"])
+    ran = seconds(status["startTime"], status["finishTime"])
+    billed = max((((boot + ran) / 60).to_integral_value(rounding=ROUND_CEILING)) * 60, Decimal(60))
+    expected = {
+        "bootUSD": charge(rate, boot),
+        "runningUSD": charge(rate, ran),
+        "teardownUSD": charge(rate, billed - boot - ran),
+    }
+    cost = status["cost"]
+    assert {k: Decimal(v) for k, v in cost["bySegment"].items()} == expected
+    total = sum(expected.values(), Decimal(0))
+    assert Decimal(cost["totalUSD"]) == total and cost["final"] is True and Decimal(cost["heldUSD"]) == 0
+    assert Decimal(job["status"]["cost"]["totalUSD"]) == total
+    assert Decimal(job["status"]["cost"]["rateUSDPerHour"]) == 0  # nothing bills any more
+    left = credits(running, project)
+    assert Decimal(left["availableUSD"]) == Decimal(10) - total and Decimal(left["heldUSD"]) == 0
+    checked = verify(running)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_project_that_cannot_fund_the_hold_runs_nothing(running: Running) -> None:
+    project = running.project(credit="0.000001")
+    create_job(running, project, "unfunded", "echo should-not-run")
+    job = running.wait_phase(project, "unfunded", "Failed")
+    assert job["status"]["reason"] == "InsufficientCredits", job["status"]
+    assert "credits grant" in job["status"]["fix"]
+    assert Decimal(credits(running, project)["availableUSD"]) == Decimal("0.000001")
+    with running.client() as client:
+        log = client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text
+    assert "should-not-run" not in log

@@ -267,5 +267,7 @@ _add(
     "The project's available credit does not cover the hold that capacity needs.",
     "An administrator grants credit (nodus credits grant PROJECT AMOUNT), or the project runs less at once.",
     "Before capacity starts, a hold reserves its rate for a funded window plus the minimum charge; the hold must "
-    "fit the project's available credit. The message names the amounts.",
+    "fit the project's available credit. Until it does, the attempt waits without capacity and nothing is "
+    "charged (the Job's Funded condition is False); it starts by itself once credit is granted. The message "
+    "names the amounts.",
 )

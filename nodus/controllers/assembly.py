@@ -22,7 +22,7 @@ from typing import Any
 
 from nodus.client import Client, ClientConfig, errors
 from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
-from nodus.controllers.billing import AttemptBilling
+from nodus.controllers.billing import CREDIT_WAIT_INDEX, AttemptBilling, enqueue_waiting, waiting_for_credit
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
     WAITING_INDEX,
@@ -135,7 +135,9 @@ class Controllers:
         manager.add_controller("secret-pins", SecretPins(client, referenced["secrets"], jobs), pins_queue, workers)
 
         billing_queue: WorkQueue[Any] = WorkQueue()
+        attempts.add_index(CREDIT_WAIT_INDEX, waiting_for_credit)
         attempts.add_handler(enqueue_object(billing_queue))
+        manager.informer("projects", resync=settings.resync).add_handler(enqueue_waiting(billing_queue, attempts))
         manager.add_controller("billing", AttemptBilling(client, attempts), billing_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()

@@ -19,8 +19,10 @@ The rules, per attempt (one allocation of capacity):
   posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``. A preempted
   attempt is charged to its stop.
 * The hold: the rate for ``FUNDED_WINDOW`` plus the minimum charge (one increment), placed when the
-  attempt is bound and extended by the same amount whenever less than half a window is left. A hold
-  the project cannot fund stops the attempt with ``InsufficientCredits`` before anything is charged.
+  attempt is bound and extended by the same amount whenever less than half a window is left. An
+  attempt whose hold the project cannot fund waits without capacity (``reason: InsufficientCredits``,
+  the Job's ``Funded=False``) and is tried again every ``CAPTURE_INTERVAL``: credit granted meanwhile
+  starts it (DECISIONS 15); nothing is charged while it waits.
 * A segment is captured once it is closed (its end is known: ``Boot`` at ``startTime``, the others at
   ``finishTime``), never estimated: the Attempt's times are whole seconds, written by the agent, and
   a charge computed from "now" could exceed the time that turns out to have been billed. Meanwhile the
@@ -43,8 +45,9 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs.reconciling import stop_attempt
-from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.informers import Handler, Informer
 from nodus.controllers.runtime.manager import Result
+from nodus.controllers.runtime.workqueue import WorkQueue
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.billing")
@@ -56,6 +59,29 @@ MICRO = Decimal("0.000001")
 COVERED_REASONS = frozenset({"BootFailed", "NodeLost"})
 _TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 API = "/apis/nodus.dev/v1"
+
+
+CREDIT_WAIT_INDEX = "waiting-for-credit"
+
+
+def waiting_for_credit(attempt: Object) -> list[str]:
+    """Index of live attempts waiting for credit, by project: a grant there should try them at once."""
+    status = attempt.get("status") or {}
+    if status.get("reason") != "InsufficientCredits" or status.get("phase") in _TERMINAL:
+        return []
+    return [str(attempt["metadata"].get("namespace") or "")]
+
+
+def enqueue_waiting(queue: WorkQueue[Any], attempts: Informer) -> Handler:
+    """A Project changed (its credits, after a grant): its attempts waiting for credit try again now."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        if new is not None:
+            project = str(new["metadata"]["name"])
+            for attempt in attempts.by_index(CREDIT_WAIT_INDEX, project):
+                queue.add((project, str(attempt["metadata"]["name"])))
+
+    return handler
 
 
 def charge(rate: Decimal, seconds: Decimal) -> Decimal:
@@ -117,9 +143,12 @@ def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
 
 
 def _refused(attempt: Object) -> bool:
-    """Whether the attempt was ended because its hold could not be funded (so it never billed)."""
+    """Whether the attempt ended without ever being funded (so it never billed): it was stopped, or
+    ended, while it waited for credit."""
     status, stop = attempt.get("status") or {}, (attempt.get("spec") or {}).get("stop") or {}
-    return "InsufficientCredits" in (status.get("reason"), stop.get("reason"))
+    if stop.get("reason") == "InsufficientCredits":
+        return True
+    return status.get("phase") in _TERMINAL and status.get("reason") == "InsufficientCredits"
 
 
 def _seconds(delta: timedelta) -> Decimal:
@@ -161,8 +190,11 @@ class AttemptBilling:
             except errors.APIError as exc:
                 if exc.reason != "InsufficientCredits":
                     raise
-                await self._refuse(attempt, str(exc))
-                return None
+                return await self._refuse(attempt, exc.message)
+            if status.get("reason") == "InsufficientCredits":  # funded at last: the wait is over
+                meta = attempt["metadata"]
+                patch = {"status": {"reason": None, "message": None}}
+                await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
         ledger = await self._capture(namespace, uid, owed, ledger)
         if owed.final:
             if not ledger.get("settled"):
@@ -230,24 +262,21 @@ class AttemptBilling:
         body = {"operation": "Extend", "key": f"extend:{uid}:{usd(total)}", "hold": uid, "amountUSD": usd(amount)}
         return await self._post(namespace, body)
 
-    async def _refuse(self, attempt: Object, message: str) -> None:
-        """The project cannot fund the hold: the attempt ends before it bills anything."""
+    async def _refuse(self, attempt: Object, message: str) -> Result | None:
+        """The project cannot fund the hold: the attempt waits, unfunded and without capacity, saying why;
+        it is tried again every ``CAPTURE_INTERVAL`` and starts once credit allows (DECISIONS 15)."""
         meta = attempt["metadata"]
-        log.info("attempt %s/%s refused: %s", meta["namespace"], meta["name"], message)
         if (attempt.get("spec") or {}).get("node"):
+            # Capacity was assigned before billing saw it (a provisioner of an older release): stop it.
             await stop_attempt(self._client, attempt, "InsufficientCredits", grace_seconds=0)
-            return
-        status = {
-            **(attempt.get("status") or {}),
-            "phase": "Failed",
-            "reason": "InsufficientCredits",
-            "message": message,
-            "finishTime": units.format_time(units.now()),
-        }
-        with contextlib.suppress(errors.Conflict, errors.NotFound):  # it moved on: the next reconcile looks again
-            await self._client.update(
-                "attempts", {**attempt, "status": status}, meta["namespace"], subresource="status"
-            )
+            return None
+        status = attempt.get("status") or {}
+        if status.get("reason") != "InsufficientCredits" or status.get("message") != message:
+            log.info("attempt %s/%s waits for credit: %s", meta["namespace"], meta["name"], message)
+            patch = {"status": {"reason": "InsufficientCredits", "message": message}}
+            with contextlib.suppress(errors.NotFound):
+                await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
+        return Result(requeue_after=CAPTURE_INTERVAL)
 
     async def _write_cost(self, attempt: Object, ledger: Object, owed: Bill) -> Result | None:
         charged = {k: Decimal(str(v)) for k, v in (ledger.get("chargedUSD") or {}).items()}

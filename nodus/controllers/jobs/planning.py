@@ -30,9 +30,7 @@ RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
-PERMANENT_REASONS = frozenset(
-    {"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable", "InsufficientCredits"}
-)
+PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
 
 
 @dataclass
@@ -159,7 +157,19 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
             return result
         result.create = [attempt_for(job, index, slots.slot(index).next_number, pins) for index in indexes]
     _derive_phase(status, slots, live, bool(result.create))
+    _funding(status, live, now)
     return result
+
+
+def _funding(status: Object, live: list[Object], now: datetime) -> None:
+    """DECISIONS 15: an attempt whose hold the project cannot fund waits; the Job says so (``Funded``)."""
+    waiting = [a for a in live if (a.get("status") or {}).get("reason") == "InsufficientCredits"]
+    if waiting:
+        message = str((waiting[0].get("status") or {}).get("message") or "")
+        conditions.set(status, "Funded", "False", "InsufficientCredits", message, now)
+        _reason(status, "InsufficientCredits", message)
+    elif (conditions.get(status, "Funded") or {}).get("status") == "False":
+        conditions.set(status, "Funded", "True", "Funded", "The project's credit covers the Job's holds.", now)
 
 
 def _nothing(plural: str, name: str) -> Object | None:

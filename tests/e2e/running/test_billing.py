@@ -92,13 +92,26 @@ def test_a_job_is_charged_exactly_for_the_time_it_billed(running: Running) -> No
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_a_project_that_cannot_fund_the_hold_runs_nothing(running: Running) -> None:
+def test_a_job_waits_for_credit_and_starts_once_it_is_granted(running: Running) -> None:
     project = running.project(credit="0.000001")
-    create_job(running, project, "unfunded", "echo should-not-run")
-    job = running.wait_phase(project, "unfunded", "Failed")
-    assert job["status"]["reason"] == "InsufficientCredits", job["status"]
-    assert "credits grant" in job["status"]["fix"]
+    create_job(running, project, "unfunded", "echo ran-once-funded")
+
+    def waiting() -> dict[str, Any] | None:
+        status = running.job(project, "unfunded")["status"]
+        return status if status.get("reason") == "InsufficientCredits" else None
+
+    status = running.wait_for("the Job to wait for credit", waiting)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Funded"] == "False"
+    assert "credits grant" in status["fix"] and "0.000001" in status["message"]
+    [attempt] = running.attempts(project, "unfunded")
+    assert not attempt["spec"].get("node")  # no capacity, nothing charged, while it waits
     assert Decimal(credits(running, project)["availableUSD"]) == Decimal("0.000001")
     with running.client() as client:
-        log = client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text
-    assert "should-not-run" not in log
+        granted = client.post(f"{API}/projects/{project}/credits", json={"amountUSD": "5", "key": "top-up"})
+        assert granted.status_code == 201, granted.text
+    done = running.wait_phase(project, "unfunded", "Succeeded", "Failed", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert {c["type"]: c["status"] for c in done["status"]["conditions"]}["Funded"] == "True"
+    assert len(running.attempts(project, "unfunded")) == 1  # the same attempt waited, then ran
+    with running.client() as client:
+        assert "ran-once-funded" in client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text

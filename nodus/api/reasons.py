@@ -174,8 +174,9 @@ _register(
     "Each conflicting field is listed in `details.causes` with the manager that owns it.",
 )
 
-_insufficient = statusreasons.get("InsufficientCredits")
-_register("InsufficientCredits", 402, _insufficient.summary, _insufficient.fix, _insufficient.explanation)
+for _money in ("InsufficientCredits", "MaxCostReached"):
+    _entry = statusreasons.get(_money)
+    _register(_money, 402, _entry.summary, _entry.fix, _entry.explanation)
 
 # The reasons controllers write into ``status.reason`` (Jobs, Attempts, Nodes). They are not HTTP
 # errors (status 0 here); the table lives in ``nodus.apimachinery.statusreasons`` so that controllers,

@@ -271,3 +271,11 @@ _add(
     "charged (the Job's Funded condition is False); it starts by itself once credit is granted. The message "
     "names the amounts.",
 )
+_add(
+    "MaxCostReached",
+    "The Job has spent (or holds) as much as spec.maxCostUSD allows.",
+    "Raise spec.maxCostUSD (it can only be raised); the Job resumes by itself.",
+    "maxCostUSD counts everything the Job spends, retries and recoveries included. A hold that would pass it "
+    "is refused: a new attempt waits without capacity, and a running one is stopped before its hold runs out "
+    "(the Job's Funded condition is False).",
+)

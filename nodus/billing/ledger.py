@@ -54,14 +54,24 @@ async def grant(storage: Storage, project: str, amount: Decimal, key: str, memo:
 
 
 async def hold(
-    storage: Storage, project: str, hold_id: str, amount: Decimal, key: str, *, subject: str = "", extend: bool = False
+    storage: Storage,
+    project: str,
+    hold_id: str,
+    amount: Decimal,
+    key: str,
+    *,
+    subject: str = "",
+    extend: bool = False,
+    cap: Decimal | None = None,
 ) -> Posted:
     """Reserve ``amount`` of ``project``'s available credit in hold ``hold_id`` (new, or ``extend``ed).
 
-    Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short."""
+    Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short, and
+    :class:`~nodus.storage.ledger.CapExceeded` when ``cap`` (a Job's ``maxCostUSD``) would be passed by
+    what the hold's subject has captured and holds."""
     amount = _positive(amount, "a hold")
     entries = (Entry(project, AVAILABLE, -amount), Entry(project, HELD, amount))
-    change = HoldChange(hold_id, held=amount, create=not extend, subject=subject)
+    change = HoldChange(hold_id, held=amount, create=not extend, subject=subject, cap=cap)
     posting = Posting(
         key,
         "Extend" if extend else "Hold",

@@ -53,6 +53,12 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     )
     parser.add_argument("--lease-duration", type=duration, default=timedelta(seconds=15), help="leader Lease term")
     parser.add_argument(
+        "--funded-window",
+        type=duration,
+        default=timedelta(minutes=10),
+        help="how much running time an attempt's hold funds before it is extended (default 10m)",
+    )
+    parser.add_argument(
         "--renew-deadline", type=duration, default=timedelta(seconds=10), help="leader renewal deadline"
     )
     parser.add_argument("--retry-period", type=duration, default=timedelta(seconds=2), help="leader renewal period")
@@ -121,6 +127,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         lease_duration=args.lease_duration.total_seconds(),
         renew_deadline=args.renew_deadline.total_seconds(),
         retry_period=args.retry_period.total_seconds(),
+        funded_window=args.funded_window,
         sim=sim,
     )
     if args.identity:

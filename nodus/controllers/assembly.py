@@ -22,7 +22,13 @@ from typing import Any
 
 from nodus.client import Client, ClientConfig, errors
 from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
-from nodus.controllers.billing import CREDIT_WAIT_INDEX, AttemptBilling, enqueue_waiting, waiting_for_credit
+from nodus.controllers.billing import (
+    CREDIT_WAIT_INDEX,
+    AttemptBilling,
+    enqueue_attempts_of_job,
+    enqueue_waiting,
+    waiting_for_credit,
+)
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
     WAITING_INDEX,
@@ -65,6 +71,8 @@ class ControllerSettings:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     resync: float = 300.0
+    # How long a hold funds an attempt before it is extended (tests shorten it).
+    funded_window: timedelta = timedelta(minutes=10)
     sim: SimulatedCloudConfig | None = None
 
 
@@ -138,7 +146,9 @@ class Controllers:
         attempts.add_index(CREDIT_WAIT_INDEX, waiting_for_credit)
         attempts.add_handler(enqueue_object(billing_queue))
         manager.informer("projects", resync=settings.resync).add_handler(enqueue_waiting(billing_queue, attempts))
-        manager.add_controller("billing", AttemptBilling(client, attempts), billing_queue, workers)
+        jobs.add_handler(enqueue_attempts_of_job(billing_queue, attempts, JOB_UID_INDEX))
+        billing = AttemptBilling(client, attempts, jobs, settings.funded_window)
+        manager.add_controller("billing", billing, billing_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

@@ -36,6 +36,7 @@ attempts' (``jobs/reporting.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,6 +63,9 @@ API = "/apis/nodus.dev/v1"
 
 
 CREDIT_WAIT_INDEX = "waiting-for-credit"
+# Why an attempt may wait for money, unfunded: the project's credit, or the Job's maxCostUSD.
+WAITS = frozenset({"InsufficientCredits", "MaxCostReached"})
+STOP_GRACE_SECONDS = 30
 
 
 def waiting_for_credit(attempt: Object) -> list[str]:
@@ -70,6 +74,19 @@ def waiting_for_credit(attempt: Object) -> list[str]:
     if status.get("reason") != "InsufficientCredits" or status.get("phase") in _TERMINAL:
         return []
     return [str(attempt["metadata"].get("namespace") or "")]
+
+
+def enqueue_attempts_of_job(queue: WorkQueue[Any], attempts: Informer, index: str) -> Handler:
+    """A Job changed (its maxCostUSD raised): its attempts look at their funding again."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        if new is not None and (
+            old is None or (old.get("spec") or {}).get("maxCostUSD") != (new.get("spec") or {}).get("maxCostUSD")
+        ):
+            for attempt in attempts.by_index(index, str(new["metadata"]["uid"])):
+                queue.add((str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["name"])))
+
+    return handler
 
 
 def enqueue_waiting(queue: WorkQueue[Any], attempts: Informer) -> Handler:
@@ -105,6 +122,7 @@ class Bill:
     covered: bool
     final: bool
     closed: tuple[str, ...] = ()
+    window: timedelta = FUNDED_WINDOW
 
     def amounts(self) -> dict[str, Decimal]:
         return {segment: charge(self.rate, s) for segment, s in self.seconds.items()}
@@ -112,7 +130,7 @@ class Bill:
     @property
     def step(self) -> Decimal:
         """One funded window at the rate: what a hold is extended by."""
-        return (self.rate * Decimal(FUNDED_WINDOW.total_seconds()) / 3600).quantize(MICRO, rounding=ROUND_CEILING)
+        return (self.rate * Decimal(self.window.total_seconds()) / 3600).quantize(MICRO, rounding=ROUND_CEILING)
 
 
 def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
@@ -144,11 +162,11 @@ def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
 
 def _refused(attempt: Object) -> bool:
     """Whether the attempt ended without ever being funded (so it never billed): it was stopped, or
-    ended, while it waited for credit."""
+    ended, while it waited for credit or for a higher cap."""
     status, stop = attempt.get("status") or {}, (attempt.get("spec") or {}).get("stop") or {}
-    if stop.get("reason") == "InsufficientCredits":
+    if stop.get("reason") in WAITS and not status.get("startTime"):
         return True
-    return status.get("phase") in _TERMINAL and status.get("reason") == "InsufficientCredits"
+    return status.get("phase") in _TERMINAL and status.get("reason") in WAITS
 
 
 def _seconds(delta: timedelta) -> Decimal:
@@ -158,9 +176,15 @@ def _seconds(delta: timedelta) -> Decimal:
 class AttemptBilling:
     """Reconciles the money of one attempt (see the module docstring)."""
 
-    def __init__(self, client: Client, attempts: Informer) -> None:
+    def __init__(
+        self, client: Client, attempts: Informer, jobs: Informer, funded_window: timedelta = FUNDED_WINDOW
+    ) -> None:
         self._client = client
         self._attempts = attempts
+        self._jobs = jobs
+        self._window = funded_window
+        # Looked at this often while an attempt lives: often enough that a hold never runs dry between two looks.
+        self._interval = min(CAPTURE_INTERVAL, funded_window.total_seconds() / 4)
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
@@ -174,35 +198,38 @@ class AttemptBilling:
         owed = bill(attempt, now, self._replaces_lost(attempt))
         if owed is None:
             return None
+        owed = dataclasses.replace(owed, window=self._window)
         uid = str(attempt["metadata"]["uid"])
         ledger = await self._get(namespace, uid)
         if not ledger["exists"]:
             if _refused(attempt):
                 return await self._write_cost(attempt, ledger, Bill({}, owed.rate, False, True))  # nothing billed
-            hold = owed.rate * Decimal(FUNDED_WINDOW.total_seconds()) / 3600 + charge(
+            hold = owed.rate * Decimal(self._window.total_seconds()) / 3600 + charge(
                 owed.rate, Decimal(INCREMENT_SECONDS)
             )
             hold = hold.quantize(MICRO, rounding=ROUND_CEILING)
             body = {"operation": "Hold", "key": f"hold:{uid}", "hold": uid, "amountUSD": usd(hold)}
             body["subject"] = str((attempt.get("spec") or {}).get("jobUID") or "")
+            if (cap := self._cap(attempt)) is not None:
+                body["capUSD"] = cap
             try:
                 ledger = await self._post(namespace, body)
             except errors.APIError as exc:
-                if exc.reason != "InsufficientCredits":
+                if exc.reason not in WAITS:
                     raise
-                return await self._refuse(attempt, exc.message)
-            if status.get("reason") == "InsufficientCredits":  # funded at last: the wait is over
+                return await self._refuse(attempt, exc.reason, exc.message)
+            if status.get("reason") in WAITS:  # funded at last: the wait is over
                 meta = attempt["metadata"]
                 patch = {"status": {"reason": None, "message": None}}
                 await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
-        ledger = await self._capture(namespace, uid, owed, ledger)
+        ledger = await self._capture(attempt, owed, ledger)
         if owed.final:
             if not ledger.get("settled"):
                 ledger = await self._post(namespace, {"operation": "Release", "key": f"release:{uid}", "hold": uid})
             await self._write_cost(attempt, ledger, owed)
             return None
         await self._write_cost(attempt, ledger, owed)
-        return Result(requeue_after=CAPTURE_INTERVAL)
+        return Result(requeue_after=self._interval)
 
     def _replaces_lost(self, attempt: Object) -> bool:
         spec = attempt.get("spec") or {}
@@ -214,8 +241,9 @@ class AttemptBilling:
         )
         return previous is not None and (previous.get("status") or {}).get("phase") == "Lost"
 
-    async def _capture(self, namespace: str, uid: str, owed: Bill, ledger: Object) -> Object:
+    async def _capture(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
         """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues."""
+        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
         charged = {**ledger.get("chargedUSD", {}), **ledger.get("coveredUSD", {})}
         for segment in owed.closed:
             seconds = owed.seconds[segment]
@@ -236,47 +264,70 @@ class AttemptBilling:
             }
             ledger = await self._post(namespace, body)
         if not owed.final and not owed.covered:
-            ledger = await self._keep_funded(namespace, uid, owed, ledger)
+            ledger = await self._keep_funded(attempt, owed, ledger)
         return ledger
 
-    async def _keep_funded(self, namespace: str, uid: str, owed: Bill, ledger: Object) -> Object:
-        """Extend the hold by a window once less than half a window is left beyond what has accrued."""
+    async def _keep_funded(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
+        """Extend the hold by a window once less than half a window is left beyond what has accrued; when
+        the project or the Job's cap cannot fund it, stop the attempt before the hold runs out."""
         charged = sum((Decimal(str(v)) for v in (ledger.get("chargedUSD") or {}).values()), Decimal(0))
         accrued_open = sum(owed.amounts().values(), Decimal(0)) - charged
         left = Decimal(str(ledger.get("amountUSD") or "0")) - accrued_open
-        if owed.rate <= 0 or left >= owed.step / 2:
+        # What stopping takes, paid from the hold: the time until the stop lands (a look, the grace) and
+        # the rounding up to the next increment. With less than that left, the attempt must stop now.
+        margin = charge(owed.rate, Decimal(self._interval + STOP_GRACE_SECONDS + INCREMENT_SECONDS))
+        if owed.rate <= 0 or left >= max(owed.step / 2, margin):
             return ledger
+        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
         try:
-            return await self._extend(namespace, uid, ledger, owed.step)
+            return await self._extend(namespace, uid, ledger, owed.step, self._cap(attempt))
         except errors.APIError as exc:
-            if exc.reason != "InsufficientCredits":
+            if exc.reason not in WAITS:
                 raise
-            log.warning("hold %s cannot be extended: %s", uid, exc)
+            if left <= margin:
+                log.info("attempt %s stops: %s", uid, exc.message)
+                await stop_attempt(self._client, attempt, exc.reason)
             return ledger
 
-    async def _extend(self, namespace: str, uid: str, ledger: Object, amount: Decimal) -> Object:
+    def _cap(self, attempt: Object) -> str | None:
+        """The Job's ``maxCostUSD``, if it has one (the Job read from the informer, matched by uid)."""
+        spec = attempt.get("spec") or {}
+        job = self._jobs.get(attempt["metadata"]["namespace"], str(spec.get("job") or ""))
+        if job is None or job["metadata"].get("uid") != spec.get("jobUID"):
+            return None
+        cap = (job.get("spec") or {}).get("maxCostUSD")
+        return str(cap) if cap is not None else None
+
+    async def _extend(
+        self, namespace: str, uid: str, ledger: Object, amount: Decimal, cap: str | None = None
+    ) -> Object:
+        """Extend the hold by ``amount``; with ``cap`` (funding ahead) the Job's maxCostUSD applies, without
+        it (time already billed, being captured) it does not: consumed time is owed either way."""
         amount = amount.quantize(MICRO, rounding=ROUND_CEILING)
         # The key names the hold's total after the extension: two reconciles extending from the same
         # state post the same key (one extension), a later extension a new one.
         total = Decimal(str(ledger.get("capturedUSD") or "0")) + Decimal(str(ledger.get("amountUSD") or "0")) + amount
         body = {"operation": "Extend", "key": f"extend:{uid}:{usd(total)}", "hold": uid, "amountUSD": usd(amount)}
+        if cap is not None:
+            body["capUSD"] = cap
         return await self._post(namespace, body)
 
-    async def _refuse(self, attempt: Object, message: str) -> Result | None:
-        """The project cannot fund the hold: the attempt waits, unfunded and without capacity, saying why;
-        it is tried again every ``CAPTURE_INTERVAL`` and starts once credit allows (DECISIONS 15)."""
+    async def _refuse(self, attempt: Object, reason: str, message: str) -> Result | None:
+        """The project's credit or the Job's cap cannot fund the hold: the attempt waits, unfunded and
+        without capacity, saying why (``reason``: InsufficientCredits or MaxCostReached); it is tried
+        again every ``CAPTURE_INTERVAL``, at once after a grant or a raised cap (DECISIONS 15)."""
         meta = attempt["metadata"]
         if (attempt.get("spec") or {}).get("node"):
             # Capacity was assigned before billing saw it (a provisioner of an older release): stop it.
-            await stop_attempt(self._client, attempt, "InsufficientCredits", grace_seconds=0)
+            await stop_attempt(self._client, attempt, reason, grace_seconds=0)
             return None
         status = attempt.get("status") or {}
-        if status.get("reason") != "InsufficientCredits" or status.get("message") != message:
-            log.info("attempt %s/%s waits for credit: %s", meta["namespace"], meta["name"], message)
-            patch = {"status": {"reason": "InsufficientCredits", "message": message}}
+        if status.get("reason") != reason or status.get("message") != message:
+            log.info("attempt %s/%s waits: %s", meta["namespace"], meta["name"], message)
+            patch = {"status": {"reason": reason, "message": message}}
             with contextlib.suppress(errors.NotFound):
                 await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
-        return Result(requeue_after=CAPTURE_INTERVAL)
+        return Result(requeue_after=self._interval)
 
     async def _write_cost(self, attempt: Object, ledger: Object, owed: Bill) -> Result | None:
         charged = {k: Decimal(str(v)) for k, v in (ledger.get("chargedUSD") or {}).items()}

@@ -36,6 +36,8 @@ from nodus.storage.errors import StorageError
 from nodus.storage.objects import Storage
 
 NODUS = "nodus"  # the owner of Nodus's own accounts
+# Two-key advisory locks (class, hash of the subject) for caps; no other lock uses this class.
+_CAP_LOCK_CLASS = 7262025
 
 
 class LedgerError(StorageError):
@@ -56,6 +58,14 @@ class Overdrawn(LedgerError):
 
 class HoldSettled(LedgerError):
     """The hold was settled already (released), or never existed."""
+
+
+class CapExceeded(LedgerError):
+    """A hold would take what its subject (a Job) has captured and holds past the subject's cap."""
+
+    def __init__(self, subject: str, committed: Decimal, change: Decimal, cap: Decimal) -> None:
+        super().__init__(f"{subject} has {committed} charged and held; {change} more would pass its cap of {cap}")
+        self.subject, self.committed, self.change, self.cap = subject, committed, change, cap
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,8 @@ class HoldChange:
     create: bool = False
     settle: bool = False
     subject: str = ""
+    # With a cap, the subject's captured plus held credit, this change included, may not pass it.
+    cap: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +224,8 @@ async def _apply(conn: Any, posting: Posting, fingerprint: str) -> int:
 
 
 async def _change_hold(conn: Any, project: str, change: HoldChange) -> None:
+    if change.cap is not None and change.held > 0:
+        await _check_cap(conn, change)
     if change.create:
         await conn.execute(
             "INSERT INTO holds (id, project, subject, amount) VALUES ($1, $2, $3, $4)",
@@ -260,6 +274,21 @@ async def release(storage: Storage, key: str, project: str, hold_id: str, memo: 
         )
         fingerprint = hashlib.sha256(f"Release|{project}|{hold_id}".encode()).hexdigest()
         return Posted(await _apply(conn, posting, fingerprint), replayed=False)
+
+
+async def _check_cap(conn: Any, change: HoldChange) -> None:
+    """Refuse a hold that would take its subject past ``change.cap``; serialised per subject, so two
+    holds of one Job racing each other cannot both slip under the cap."""
+    subject = change.subject or str(
+        await conn.fetchval("SELECT subject FROM holds WHERE id = $1", change.hold_id) or change.hold_id
+    )
+    await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", _CAP_LOCK_CLASS, subject)
+    committed = Decimal(
+        await conn.fetchval("SELECT coalesce(sum(amount + captured), 0) FROM holds WHERE subject = $1", subject)
+    )
+    assert change.cap is not None
+    if committed + change.held > change.cap:
+        raise CapExceeded(subject, committed, change.held, change.cap)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ TEST_FLAGS = (
     "500ms",
     "--sim-boot-time-for",
     f"{SLOW_BOOT_OFFERING}=4s",
+    # Holds fund 8 s of running and are extended as Jobs run, so tests see extensions and caps bite.
+    "--funded-window",
+    "8s",
 )
 
 

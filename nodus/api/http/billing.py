@@ -7,8 +7,9 @@ Controllers are API clients (they never touch the database), so money moves thro
   (``chargedUSD``; covered time under ``coveredUSD``), and the project's credits.
 * ``POST /apis/nodus.dev/v1/namespaces/{project}/ledger/postings`` with one operation::
 
-    {"operation": "Hold", "key": "...", "hold": "<id>", "subject": "<job uid>", "amountUSD": "1.5"}
-    {"operation": "Extend", "key": "...", "hold": "<id>", "amountUSD": "1.5"}
+    {"operation": "Hold", "key": "...", "hold": "<id>", "subject": "<job uid>", "amountUSD": "1.5",
+     "capUSD": "20"}
+    {"operation": "Extend", "key": "...", "hold": "<id>", "amountUSD": "1.5", "capUSD": "20"}
     {"operation": "Capture", "key": "...", "hold": "<id>", "segment": "Running", "seconds": "61.5",
      "rateUSDPerHour": "2.5", "amountUSD": "0.042708"}
     {"operation": "Cover", ...the same fields as Capture...}
@@ -16,7 +17,8 @@ Controllers are API clients (they never touch the database), so money moves thro
 
   answers as the GET does. A replayed key changes nothing (200 with the state); a key reused with
   other amounts is a 409; a hold that would overdraw the project's available credit, or a capture
-  beyond what the hold holds, is a 402-style ``InsufficientCredits`` Status with the amounts.
+  beyond what the hold holds, is a 402-style ``InsufficientCredits`` Status with the amounts; a hold
+  that would take its subject (a Job) past ``capUSD`` (its ``maxCostUSD``) is a 402 ``MaxCostReached``.
 
 Only administrators (group ``system:masters``: the controllers) may call either.
 """
@@ -40,7 +42,7 @@ from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.billing import ledger, money
 from nodus.storage import ledger as tables
-from nodus.storage.ledger import Charge, HoldSettled, KeyReused, Overdrawn
+from nodus.storage.ledger import CapExceeded, Charge, HoldSettled, KeyReused, Overdrawn
 
 SEGMENTS = ("Boot", "Running", "Restore", "Teardown")
 FIELD_MANAGER = "nodus-billing"
@@ -82,6 +84,7 @@ async def postings(request: Request) -> Response:
     try:
         if operation in ("Hold", "Extend"):
             amount = _amount(body, "amountUSD")
+            cap = _amount(body, "capUSD") if body.get("capUSD") is not None else None
             await ledger.hold(
                 server.storage,
                 project,
@@ -90,6 +93,7 @@ async def postings(request: Request) -> Response:
                 key,
                 subject=str(body.get("subject") or ""),
                 extend=operation == "Extend",
+                cap=cap,
             )
         elif operation in ("Capture", "Cover"):
             charge = _charge(body, covered=operation == "Cover")
@@ -106,6 +110,15 @@ async def postings(request: Request) -> Response:
             )
     except Overdrawn as exc:
         raise _insufficient(project, exc) from None
+    except CapExceeded as exc:
+        raise APIError(
+            "MaxCostReached",
+            f"the Job has {money.text(exc.committed)} USD charged and held; {money.text(exc.change)} USD more "
+            f"would pass its maxCostUSD of {money.text(exc.cap)}",
+            fix='Raise spec.maxCostUSD (kubectl patch job NAME --type merge -p \'{"spec":{"maxCostUSD":"..."}}\'); '
+            "the Job resumes by itself.",
+            details={"name": project, "group": GROUP, "kind": "jobs"},
+        ) from None
     except KeyReused as exc:
         raise APIError("Conflict", str(exc), fix="Use a new key for a new movement.") from None
     except HoldSettled as exc:

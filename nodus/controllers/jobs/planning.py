@@ -162,12 +162,14 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
 
 
 def _funding(status: Object, live: list[Object], now: datetime) -> None:
-    """DECISIONS 15: an attempt whose hold the project cannot fund waits; the Job says so (``Funded``)."""
-    waiting = [a for a in live if (a.get("status") or {}).get("reason") == "InsufficientCredits"]
+    """DECISIONS 15: an attempt whose hold the project's credit or the Job's maxCostUSD cannot fund waits;
+    the Job says so (``Funded``)."""
+    waiting = [a for a in live if (a.get("status") or {}).get("reason") in ("InsufficientCredits", "MaxCostReached")]
     if waiting:
-        message = str((waiting[0].get("status") or {}).get("message") or "")
-        conditions.set(status, "Funded", "False", "InsufficientCredits", message, now)
-        _reason(status, "InsufficientCredits", message)
+        attempt_status = waiting[0].get("status") or {}
+        reason, message = str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+        conditions.set(status, "Funded", "False", reason, message, now)
+        _reason(status, reason, message)
     elif (conditions.get(status, "Funded") or {}).get("status") == "False":
         conditions.set(status, "Funded", "True", "Funded", "The project's credit covers the Job's holds.", now)
 

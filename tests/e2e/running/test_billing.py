@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 MICRO = Decimal("0.000001")
 
 
-def create_job(running: Running, project: str, name: str, script: str) -> None:
+def create_job(running: Running, project: str, name: str, script: str, **extra: Any) -> None:
     body = {
         "apiVersion": "nodus.dev/v1",
         "kind": "Job",
@@ -29,6 +29,7 @@ def create_job(running: Running, project: str, name: str, script: str) -> None:
             "command": ["/bin/sh", "-c", script],
             "resources": {"cpu": "1"},
             "placement": {"offerings": ["cpu-8c-us"]},
+            **extra,
         },
     }
     with running.client() as client:
@@ -115,3 +116,64 @@ def test_a_job_waits_for_credit_and_starts_once_it_is_granted(running: Running) 
     assert len(running.attempts(project, "unfunded")) == 1  # the same attempt waited, then ran
     with running.client() as client:
         assert "ran-once-funded" in client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text
+
+
+def test_max_cost_holds_a_job_back_until_it_is_raised(running: Running) -> None:
+    project = running.project(credit="10")
+    # 0.005 USD is less than the first hold of cpu-8c-us: 8 s (the tests' funded window) plus one minute.
+    create_job(running, project, "capped", "echo within-the-cap", maxCostUSD="0.005")
+
+    def waiting() -> dict[str, Any] | None:
+        status = running.job(project, "capped")["status"]
+        return status if status.get("reason") == "MaxCostReached" else None
+
+    status = running.wait_for("the Job to wait for a higher cap", waiting)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Funded"] == "False"
+    assert "0.005" in status["message"] and "maxCostUSD" in status["fix"]
+    assert status["cost"]["limitUSD"] == "0.005"
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/jobs/capped",
+            json={"spec": {"maxCostUSD": "1"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+    done = running.wait_phase(project, "capped", "Succeeded", "Failed", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    final = running.wait_for(
+        "the final charge", lambda: (c := running.job(project, "capped")["status"].get("cost", {})).get("final") and c
+    )
+    assert Decimal(final["totalUSD"]) <= Decimal(1)
+
+
+def test_a_running_job_that_reaches_its_cap_is_stopped_and_waits(running: Running) -> None:
+    project = running.project(credit="10")
+    # The first hold (0.007616 USD: 8 s of the tests' funded window plus a minute) fits 0.0085, its first
+    # extension does not, and the hold no longer covers what a stop costs (the grace and the rounding to a
+    # minute): the attempt is stopped at once, and the Job waits for a higher cap.
+    create_job(running, project, "spender", "sleep 300", maxCostUSD="0.0085")
+
+    def stopped_for_the_cap() -> dict[str, Any] | None:
+        status = running.job(project, "spender")["status"]
+        return status if status.get("reason") == "MaxCostReached" else None
+
+    status = running.wait_for("the cap to stop the Job", stopped_for_the_cap, timeout=120)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Funded"] == "False"
+    first = sorted(running.attempts(project, "spender"), key=lambda a: a["spec"]["number"])[0]
+    why = str((first["spec"].get("stop") or {}).get("reason")) + str(first["status"].get("message"))
+    assert first["status"]["phase"] == "Stopped" and "MaxCostReached" in why
+    final = running.wait_for(
+        "the stopped attempt's final charge",
+        lambda: (c := running.attempts(project, "spender")[0]["status"].get("cost", {})).get("final") and c,
+    )
+    assert Decimal(final["totalUSD"]) <= Decimal("0.0085")  # the stop came while the hold still covered it
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/jobs/spender",
+            json={"spec": {"state": "Cancelled"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+    running.wait_phase(project, "spender", "Cancelled")
+    checked = verify(running)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -7,9 +7,10 @@ attempt and the amounts, so a retry, a crash or a second reconcile never charges
 
 The rules, per attempt (one allocation of capacity):
 
-* Billing starts when the scheduler binds the attempt (``status.scheduledTime``: capacity is ordered)
-  at the rate frozen at placement (``status.placement.rateUSDPerHour``) and ends at its
-  ``finishTime``.
+* Billing starts when capacity is assigned (``status.provisioningTime``, written by the provisioner;
+  an attempt that waited for its hold was not billing meanwhile) at the rate frozen at placement
+  (``status.placement.rateUSDPerHour``), and ends at its ``finishTime``. An attempt that never got
+  capacity is never charged.
 * Segments: ``Boot`` from the start of billing to ``startTime`` (``Restore`` instead when the attempt
   replaces one that lost its capacity), ``Running`` from ``startTime`` to ``finishTime``, and
   ``Teardown``: the rounding of the whole billed time up to the billing increment (60 s), charged
@@ -136,11 +137,15 @@ class Bill:
 def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
     """The attempt's billed seconds per segment at ``now`` (None: it never billed)."""
     status = attempt.get("status") or {}
-    ordered = units.time_or_none(status.get("scheduledTime"))
     rate_text = (status.get("placement") or {}).get("rateUSDPerHour")
-    if ordered is None or not rate_text:
+    if not status.get("scheduledTime") or not rate_text:
         return None
     final = status.get("phase") in _TERMINAL
+    if not (attempt.get("spec") or {}).get("node"):
+        # No capacity yet (it may wait for its hold), or never: nothing bills; only the hold matters.
+        return Bill({}, Decimal(str(rate_text)), False, final)
+    # Capacity was assigned at provisioningTime (scheduledTime for attempts assigned before it was written).
+    ordered = units.parse_time(status.get("provisioningTime") or status["scheduledTime"])
     end = units.time_or_none(status.get("finishTime")) or now if final else now
     started = units.time_or_none(status.get("startTime"))
     boot_end = min(started, end) if started is not None else end
@@ -158,15 +163,6 @@ def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
     first = "Restore" if restore else "Boot"
     closed = tuple(seconds) if final else ((first,) if started is not None else ())
     return Bill(seconds, Decimal(str(rate_text)), covered, final, closed)
-
-
-def _refused(attempt: Object) -> bool:
-    """Whether the attempt ended without ever being funded (so it never billed): it was stopped, or
-    ended, while it waited for credit or for a higher cap."""
-    status, stop = attempt.get("status") or {}, (attempt.get("spec") or {}).get("stop") or {}
-    if stop.get("reason") in WAITS and not status.get("startTime"):
-        return True
-    return status.get("phase") in _TERMINAL and status.get("reason") in WAITS
 
 
 def _seconds(delta: timedelta) -> Decimal:
@@ -202,8 +198,8 @@ class AttemptBilling:
         uid = str(attempt["metadata"]["uid"])
         ledger = await self._get(namespace, uid)
         if not ledger["exists"]:
-            if _refused(attempt):
-                return await self._write_cost(attempt, ledger, Bill({}, owed.rate, False, True))  # nothing billed
+            if owed.final and not owed.seconds:
+                return await self._write_cost(attempt, ledger, owed)  # it ended without capacity: nothing billed
             hold = owed.rate * Decimal(self._window.total_seconds()) / 3600 + charge(
                 owed.rate, Decimal(INCREMENT_SECONDS)
             )

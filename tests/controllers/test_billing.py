@@ -13,15 +13,35 @@ from nodus.controllers import billing
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
-def attempt(phase: str, **times: str) -> dict[str, Any]:
+def attempt(phase: str, node: str | None = "n1", **times: str) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": phase, "placement": {"rateUSDPerHour": "3.6"}, **times}
-    return {"metadata": {"name": "a", "namespace": "p", "uid": "u"}, "spec": {"number": 1}, "status": status}
+    spec: dict[str, Any] = {"number": 1, **({"node": node} if node else {})}
+    return {"metadata": {"name": "a", "namespace": "p", "uid": "u"}, "spec": spec, "status": status}
 
 
 @pytest.mark.parametrize(
     ("obj", "restore", "seconds", "closed"),
     [
         pytest.param(attempt("Provisioning"), False, None, (), id="not-bound-yet"),
+        pytest.param(
+            attempt("Provisioning", node=None, scheduledTime="2026-11-29T11:50:00Z"),
+            False,
+            {},
+            (),
+            id="waiting-for-its-hold-bills-nothing",
+        ),
+        pytest.param(
+            attempt(
+                "Running",
+                scheduledTime="2026-11-29T11:50:00Z",
+                provisioningTime="2026-11-29T11:59:00Z",
+                startTime="2026-11-29T11:59:05Z",
+            ),
+            False,
+            {"Boot": "5", "Running": "55"},
+            ("Boot",),
+            id="billing-starts-with-capacity-not-placement",
+        ),
         pytest.param(
             attempt("Provisioning", scheduledTime="2026-11-29T11:59:30Z"),
             False,

@@ -131,6 +131,10 @@ class AttemptProvisioner:
             "spec": {"node": node_name, "offering": placement["offering"]},
         }
         await self._client.patch("attempts", key[1], patch, attempt["metadata"]["namespace"])
+        # Billing starts here, when capacity is assigned (not when the attempt was placed: it may have
+        # waited for its hold since).
+        started = {"status": {"provisioningTime": units.format_time(units.now())}}
+        await self._client.patch("attempts", key[1], started, attempt["metadata"]["namespace"], subresource="status")
         return None
 
     def _free(self, node_name: str, attempt: Object) -> bool:

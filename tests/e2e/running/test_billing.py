@@ -73,7 +73,7 @@ def test_a_job_is_charged_exactly_for_the_time_it_billed(running: Running) -> No
     [attempt] = running.attempts(project, "billed")
     status = attempt["status"]
     rate = Decimal(status["placement"]["rateUSDPerHour"])
-    boot = seconds(status["scheduledTime"], status["startTime"])
+    boot = seconds(status["provisioningTime"], status["startTime"])
     ran = seconds(status["startTime"], status["finishTime"])
     billed = max((((boot + ran) / 60).to_integral_value(rounding=ROUND_CEILING)) * 60, Decimal(60))
     expected = {

@@ -216,7 +216,9 @@ class AttemptRun:
             ready["inputs"] = prepared.inputs
         if prepared.source:
             ready["source"] = prepared.source
-        await self._report(**ready)
+        if spec.get("initCommand"):
+            await self._report(**ready)  # the init command may take long: say the inputs are in place now
+            ready = {}
         env = {**environment(self.attempt, self.host), **prepared.env, "NODUS_PROGRESS_FILE": PROGRESS_FILE}
         base = RunSpec(
             argv=argv,
@@ -239,7 +241,8 @@ class AttemptRun:
                 phase="Failed", reason=reason, message=scrub(f"Could not start: {exc}"), finishTime=_now()
             )
             return None
-        await self._report(phase="Running", startTime=_now())
+        # Without an init command the inputs' report rides on this one: one status write fewer per start.
+        await self._report(phase="Running", startTime=_now(), **ready)
         watcher = progress.ProgressFileWatcher(layout.progress, self._report_progress)
         watcher.start()
         pump = asyncio.create_task(self._pump(self.process, shipper))

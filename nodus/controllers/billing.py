@@ -196,7 +196,9 @@ class AttemptBilling:
             return None
         owed = dataclasses.replace(owed, window=self._window)
         uid = str(attempt["metadata"]["uid"])
-        ledger = await self._get(namespace, uid)
+        # On first sight (no cost shown yet) the hold is posted straight away: the posting is idempotent
+        # and answers the ledger's state, so the read before it would only add a round trip to the start.
+        ledger = {"exists": False} if not status.get("cost") else await self._get(namespace, uid)
         if not ledger["exists"]:
             if owed.final and not owed.seconds:
                 return await self._write_cost(attempt, ledger, owed)  # it ended without capacity: nothing billed

@@ -14,6 +14,7 @@ Accounts (``owner/name``):
 | hold *a* | project/available -a, project/held +a | created with a, or extended by a |
 | capture *c* | project/held -c, nodus/revenue +c | amount -c, captured +c |
 | covered *c* | nodus/covered -c, nodus/capacity +c | |
+| refund *r* | nodus/revenue -r, project/available +r | (a charge later found to be Nodus's fault) |
 | release | project/held -rest, project/available +rest | settled, once |
 
 Each function makes one posting under an idempotency ``key`` the caller chooses so that a retry
@@ -107,6 +108,17 @@ async def cover(storage: Storage, project: str, subject: str, charge: Charge, ke
     """Record time Nodus pays for (``charge.covered``): nothing leaves the project."""
     entries = (Entry(NODUS, COVERED, -charge.amount), Entry(NODUS, CAPACITY, charge.amount))
     return await ledger.post(storage, Posting(key, "Covered", project, entries, subject=subject, charge=charge))
+
+
+async def refund(storage: Storage, project: str, hold_id: str, charge: Charge, key: str) -> Posted:
+    """Give back ``charge.amount`` charged on hold ``hold_id`` (time that turned out to be Nodus's fault):
+    revenue returns it to the project's available credit, and the charge row is negative, so the
+    segment's charges sum to what the project finally paid."""
+    amount = _positive(charge.amount, "a refund")
+    entries = (Entry(NODUS, REVENUE, -amount), Entry(project, AVAILABLE, amount))
+    negative = Charge(charge.segment, -charge.seconds, charge.rate_per_hour, -amount)
+    posting = Posting(key, "Refund", project, entries, subject=hold_id, charge=negative)
+    return await ledger.post(storage, posting)
 
 
 async def release(storage: Storage, project: str, hold_id: str, key: str) -> Posted:

@@ -17,8 +17,9 @@ The rules, per attempt (one allocation of capacity):
   once at the end. Each segment is charged ``rate x seconds / 3600`` rounded half-up to the
   micro-dollar (:func:`nodus.billing.money.charge`, mirrored in :func:`charge`).
 * Time lost to a fault of Nodus (an attempt ``Lost`` with ``BootFailed`` or ``NodeLost``) is covered:
-  posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``. A preempted
-  attempt is charged to its stop.
+  posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``; a segment charged
+  before the fault was known (a ``Boot`` closed at the start) is refunded. A preempted attempt is
+  charged to its stop.
 * The hold: the rate for ``FUNDED_WINDOW`` plus the minimum charge (one increment), placed when the
   attempt is bound and extended by the same amount whenever less than half a window is left. An
   attempt whose hold the project cannot fund waits without capacity (``reason: InsufficientCredits``,
@@ -243,6 +244,10 @@ class AttemptBilling:
         """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues."""
         namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
         charged = {**ledger.get("chargedUSD", {}), **ledger.get("coveredUSD", {})}
+        if owed.covered:
+            # Nodus's fault, found at the end: what was charged before (a Boot closed at the start) goes back.
+            ledger = await self._refund(attempt, owed, ledger)
+            charged = dict(ledger.get("coveredUSD") or {})
         for segment in owed.closed:
             seconds = owed.seconds[segment]
             due = charge(owed.rate, seconds) - Decimal(str(charged.get(segment, "0")))
@@ -263,6 +268,24 @@ class AttemptBilling:
             ledger = await self._post(namespace, body)
         if not owed.final and not owed.covered:
             ledger = await self._keep_funded(attempt, owed, ledger)
+        return ledger
+
+    async def _refund(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
+        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
+        for segment, paid in (ledger.get("chargedUSD") or {}).items():
+            amount = Decimal(str(paid))
+            if amount <= 0:
+                continue
+            body = {
+                "operation": "Refund",
+                "key": f"refund:{uid}:{segment}",
+                "hold": uid,
+                "segment": segment,
+                "seconds": str(owed.seconds.get(segment, Decimal(0))),
+                "rateUSDPerHour": usd(owed.rate),
+                "amountUSD": usd(amount),
+            }
+            ledger = await self._post(namespace, body)
         return ledger
 
     async def _keep_funded(self, attempt: Object, owed: Bill, ledger: Object) -> Object:

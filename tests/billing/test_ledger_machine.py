@@ -1,5 +1,5 @@
-"""A property-based state machine over the ledger: grants, holds, extensions, captures, covered time,
-releases and replays in any order, against the real PostgreSQL, checked after every step against a
+"""A property-based state machine over the ledger: grants, holds, extensions, captures, refunds, covered
+time, releases and replays in any order, against the real PostgreSQL, checked after every step against a
 model in plain Decimals and, at the end of each run, against every invariant ``nodus billing verify``
 checks. The default run makes 60 runs; ``NODUS_LEDGER_EXAMPLES`` (the slow suite: 2,000) makes more.
 """
@@ -42,6 +42,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.held: dict[str, Decimal] = {}
         self.settled: set[str] = set()
         self.done: dict[str, tuple[str, Any]] = {}  # key -> (operation, argument), for replays
+        self.refunded: set[str] = set()
         self.steps = 0
 
     def run(self, work: Any) -> Any:
@@ -92,6 +93,21 @@ class LedgerMachine(RuleBasedStateMachine):
         self.run(ledger.capture(self.storage, self.project, hold_id, charge, key))
         self.held[hold_id] -= amount
         self.done[key] = ("capture", (hold_id, charge))
+
+    @precondition(lambda self: any(op == "capture" for op, _ in self.done.values()))
+    @rule(data=st.data())
+    def refund(self, data: st.DataObject) -> None:
+        captures = sorted(k for k, (op, _) in self.done.items() if op == "capture" and k not in self.refunded)
+        if not captures:
+            return
+        key = data.draw(st.sampled_from(captures))
+        hold_id, charge = self.done[key][1]
+        if charge.amount <= 0:
+            self.refunded.add(key)
+            return
+        self.run(ledger.refund(self.storage, self.project, hold_id, charge, f"refund:{key}"))
+        self.available += charge.amount
+        self.refunded.add(key)
 
     @rule(seconds=st.integers(min_value=1, max_value=10_000), rate=amounts)
     def cover(self, seconds: int, rate: Decimal) -> None:

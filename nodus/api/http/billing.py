@@ -13,6 +13,7 @@ Controllers are API clients (they never touch the database), so money moves thro
     {"operation": "Capture", "key": "...", "hold": "<id>", "segment": "Running", "seconds": "61.5",
      "rateUSDPerHour": "2.5", "amountUSD": "0.042708"}
     {"operation": "Cover", ...the same fields as Capture...}
+    {"operation": "Refund", ...the same fields as Capture: a charge given back...}
     {"operation": "Release", "key": "...", "hold": "<id>"}
 
   answers as the GET does. A replayed key changes nothing (200 with the state); a key reused with
@@ -99,17 +100,19 @@ async def postings(request: Request) -> Response:
                 extend=operation == "Extend",
                 cap=cap,
             )
-        elif operation in ("Capture", "Cover"):
+        elif operation in ("Capture", "Cover", "Refund"):
             charge = _charge(body, covered=operation == "Cover")
             if operation == "Capture":
                 await ledger.capture(server.storage, project, hold_id, charge, key)
-            else:
+            elif operation == "Cover":
                 await ledger.cover(server.storage, project, hold_id, charge, key)
+            else:
+                await ledger.refund(server.storage, project, hold_id, charge, key)
         elif operation == "Release":
             await ledger.release(server.storage, project, hold_id, key)
         else:
             raise bad_request(
-                f'operation must be Hold, Extend, Capture, Cover or Release, not "{operation}"',
+                f'operation must be Hold, Extend, Capture, Cover, Refund or Release, not "{operation}"',
                 fix="Send one of the operations listed in nodus/api/http/billing.py.",
             )
     except Overdrawn as exc:

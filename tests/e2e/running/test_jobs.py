@@ -223,6 +223,14 @@ def test_a_killed_node_is_replaced_on_another(running: Running) -> None:
     attempts = sorted(running.attempts(project, "survivor"), key=lambda a: a["spec"]["number"])
     assert [a["status"]["phase"] for a in attempts] == ["Lost", "Succeeded"]
     assert attempts[0]["status"]["reason"] == "NodeLost"
+    # The lost attempt's time was Nodus's fault: covered (a boot of 0 s on a warm host has nothing to
+    # cover), and its boot, charged when it closed at the start, refunded: the project paid nothing.
+    lost = running.wait_for(
+        "the lost attempt's final cost",
+        lambda: (c := running.attempts(project, "survivor")[0]["status"].get("cost") or {}).get("final") and c,
+    )
+    assert lost["totalUSD"] == "0.00", lost
+    assert "Running" in lost["bySegment"]["coveredByNodus"]
     assert attempts[1]["spec"]["node"] != node
     assert done["status"]["failed"] == 0
 

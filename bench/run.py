@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    charge_throughput,
     common,
     create_throughput,
     list_large,
@@ -36,7 +37,7 @@ from bench import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs")
+BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges")
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -48,6 +49,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "schedule": {"rounds": 1, "count": 1000},
             "latency": {"warm": 20, "cold": 8, "batches": 2, "hops": 100, "runtime_starts": 10, "agent_starts": 2},
             "outputs": {"size_mib": 256, "rounds": 1},
+            "charges": {"attempts": 500, "workers": 16, "seconds": 5.0, "rounds": 1},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -56,6 +58,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "schedule": {"rounds": 5, "count": 1000},
         "latency": {"warm": 100, "cold": 40, "batches": 4, "hops": 400, "runtime_starts": 20, "agent_starts": 8},
         "outputs": {"size_mib": 1024, "rounds": 2},
+        "charges": {"attempts": 500, "workers": 16, "seconds": 10.0, "rounds": 3},
     }
 
 
@@ -93,6 +96,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["outputs"] = await output_streaming.run(workdir / "outputs", **params["outputs"])
         results["outputs"]["seconds"] = time.monotonic() - started
+    if "charges" in only:
+        started = time.monotonic()
+        results["charges"] = await charge_throughput.run(workdir / "charges", **params["charges"])
+        results["charges"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -269,6 +276,18 @@ def table(results: dict[str, Any]) -> str:
                 "",
                 f"< {o['size_mib']} MiB",
                 _verdict(max(o["agent_peak_mib"], o["server_peak_mib"], o["cli_peak_mib"]) < o["size_mib"]),
+            )
+        )
+    if "charges" in results:
+        ch = results["charges"]
+        rows.append(
+            (
+                f"charges/s, {ch['attempts']} open holds on one project, {ch['workers']} at once",
+                f"{ch['captures']['throughput']:.0f}/s (p50 {ch['captures']['p50_ms']:.1f} ms)",
+                f"UPDATE+INSERT {ch['baseline']['throughput']:.0f}/s",
+                f"{ch['ratio']:.2f}",
+                f">= {ch['target']:.2f}",
+                _verdict(ch["met"]),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(6)]

@@ -89,7 +89,8 @@ async def test_a_leader_that_cannot_renew_stops_before_the_other_takes_over(
             proxy.paused = True  # the leader loses the server: it can no longer renew
             proxy.cut()
             await eventually(lambda: other.is_leader, timeout=30)
-            assert leadership.history == ["cut-off", "other"]
+            # Leading starts right after is_leader flips (its own task): wait for it, not for the flag alone.
+            await eventually(lambda: leadership.history == ["cut-off", "other"], timeout=10)
             assert leadership.stopped[0] == "cut-off" and not leadership.overlap
             assert not cut_off.is_leader
 
@@ -117,7 +118,8 @@ async def test_stopping_the_leaders_task_without_release_lets_the_standby_take_o
                 await task
             assert leadership.current == set()
             await eventually(lambda: other.is_leader, timeout=30)
-            assert leadership.history == ["crashed", "other"] and not leadership.overlap
+            await eventually(lambda: leadership.history == ["crashed", "other"], timeout=10)
+            assert not leadership.overlap
 
 
 async def test_a_clean_shutdown_hands_over_at_once(client: Client, lease_name: str) -> None:

@@ -244,7 +244,15 @@ def test_a_sidecar_serves_the_program_and_never_holds_the_job(running: Running) 
         "command": ["/bin/sh", "-c", f"echo sidecar up; exec {PYTHON} -m http.server 18765 --bind 127.0.0.1"],
         "startupTimeout": "30s",
     }
-    probe = "import urllib.request as u; print(len(u.urlopen('http://127.0.0.1:18765/').read()) > 0)"
+    # The sidecar is ready once it ran 2 s; on a loaded machine its server may bind a moment later: retry.
+    probe = (
+        "import time, urllib.request as u\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        "        print(len(u.urlopen('http://127.0.0.1:18765/').read()) > 0); break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.2)\n"
+    )
     fetch = f'{PYTHON} -c "{probe}"'
     run_job(running, project, "with-sidecar", fetch, sidecars=[sidecar], network={"egress": {"policy": "Deny"}})
     done = succeeded(running, project, "with-sidecar")

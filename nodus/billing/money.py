@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal, InvalidOperation
 
-MICRO = Decimal("0.000001")
+from nodus.apimachinery.money import MICRO, SECONDS_PER_HOUR, charge, text
+
+__all__ = ["MAX", "MICRO", "SECONDS_PER_HOUR", "ZERO", "InvalidAmount", "billed_seconds", "charge", "parse", "text"]
+
 ZERO = Decimal(0)
-SECONDS_PER_HOUR = Decimal(3600)
 MAX = Decimal("1000000000")  # a billion dollars: anything larger is a typo
 
 
@@ -34,19 +36,6 @@ def parse(text: object, what: str = "amount") -> Decimal:
     if value > MAX:
         raise InvalidAmount(f"{what} {text!r} is larger than {MAX}")
     return value
-
-
-def text(value: Decimal) -> str:
-    """``value`` as Nodus writes amounts: fixed point, no exponent, trailing zeros kept to the cent."""
-    quantized = value.quantize(MICRO, rounding=ROUND_HALF_UP)
-    written = format(quantized.normalize(), "f")
-    whole, _, fraction = written.partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"
-
-
-def charge(rate_per_hour: Decimal, seconds: Decimal) -> Decimal:
-    """What ``seconds`` cost at ``rate_per_hour``, rounded half-up to the micro-dollar."""
-    return (rate_per_hour * seconds / SECONDS_PER_HOUR).quantize(MICRO, rounding=ROUND_HALF_UP)
 
 
 def billed_seconds(seconds: Decimal, increment: int, minimum: int) -> Decimal:

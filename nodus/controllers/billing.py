@@ -15,7 +15,7 @@ The rules, per attempt (one allocation of capacity):
   replaces one that lost its capacity), ``Running`` from ``startTime`` to ``finishTime``, and
   ``Teardown``: the rounding of the whole billed time up to the billing increment (60 s), charged
   once at the end. Each segment is charged ``rate x seconds / 3600`` rounded half-up to the
-  micro-dollar (:func:`nodus.billing.money.charge`, mirrored in :func:`charge`).
+  micro-dollar (:func:`nodus.apimachinery.money.charge`, the ledger's own rule).
 * Time lost to a fault of Nodus (an attempt ``Lost`` with ``BootFailed`` or ``NodeLost``) is covered:
   posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``; a segment charged
   before the fault was known (a ``Boot`` closed at the start) is refunded. A preempted attempt is
@@ -42,10 +42,12 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apimachinery.money import MICRO, charge
+from nodus.apimachinery.money import text as usd
 from nodus.client import Client, errors
 from nodus.controllers.jobs.reconciling import stop_attempt
 from nodus.controllers.runtime.informers import Handler, Informer
@@ -58,7 +60,6 @@ log = logging.getLogger("nodus.controllers.billing")
 FUNDED_WINDOW = timedelta(minutes=10)
 CAPTURE_INTERVAL = 30.0
 INCREMENT_SECONDS = 60
-MICRO = Decimal("0.000001")
 COVERED_REASONS = frozenset({"BootFailed", "NodeLost"})
 _TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 API = "/apis/nodus.dev/v1"
@@ -101,17 +102,6 @@ def enqueue_waiting(queue: WorkQueue[Any], attempts: Informer) -> Handler:
                 queue.add((project, str(attempt["metadata"]["name"])))
 
     return handler
-
-
-def charge(rate: Decimal, seconds: Decimal) -> Decimal:
-    """``rate x seconds / 3600`` rounded half-up to the micro-dollar (as ``nodus.billing.money.charge``)."""
-    return (rate * seconds / Decimal(3600)).quantize(MICRO, rounding=ROUND_HALF_UP)
-
-
-def usd(value: Decimal) -> str:
-    written = format(value.quantize(MICRO).normalize(), "f")
-    whole, _, fraction = written.partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"
 
 
 @dataclass(frozen=True)

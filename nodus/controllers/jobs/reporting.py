@@ -24,12 +24,11 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-from nodus.apimachinery import units
+from nodus.apimachinery import money, units
 from nodus.controllers.jobs.slots import Slots, index_of, phase
 
 Object = dict[str, Any]
 DEFAULT_SOURCE_PATH = "/workspace"
-_MICRO = Decimal("0.000001")
 
 
 def collect(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
@@ -130,7 +129,7 @@ def _cost_per_unit(attempt_status: Object, completed: int, now: datetime) -> str
     ended = units.time_or_none(attempt_status.get("finishTime")) or now
     try:
         hours = Decimal(max((ended - started).total_seconds(), 0.0)) / Decimal(3600)
-        return str((Decimal(str(rate)) * hours / completed).quantize(_MICRO, rounding=ROUND_HALF_UP))
+        return str((Decimal(str(rate)) * hours / completed).quantize(money.MICRO, rounding=ROUND_HALF_UP))
     except InvalidOperation:
         return None
 
@@ -173,8 +172,8 @@ def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
         covered.update((cost.get("bySegment") or {}).get("coveredByNodus") or [])
         if cost.get("fundedUntilTime"):
             funded.append(str(cost["fundedUntilTime"]))
-    shown: Object = {"totalUSD": _usd(total), "heldUSD": _usd(held), "rateUSDPerHour": _usd(rate)}
-    by_segment: Object = {name: _usd(amount) for name, amount in segments.items()}
+    shown: Object = {"totalUSD": money.text(total), "heldUSD": money.text(held), "rateUSDPerHour": money.text(rate)}
+    by_segment: Object = {name: money.text(amount) for name, amount in segments.items()}
     if covered:
         by_segment["coveredByNodus"] = sorted(covered)
     if by_segment:
@@ -188,9 +187,3 @@ def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
         ((a.get("status") or {}).get("cost") or {}).get("final") for a in billed
     )
     status["cost"] = shown
-
-
-def _usd(value: Decimal) -> str:
-    written = format(value.quantize(_MICRO).normalize(), "f")
-    whole, _, fraction = written.partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"

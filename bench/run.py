@@ -1,6 +1,8 @@
 """Run the benchmarks, print a table and write ``bench/results/latest.json``.
 
-    python -m bench.run [--quick] [--only create|watch|list|schedule|latency|outputs ...] [--profile DIR]
+    python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
+
+NAME: create, watch, list, schedule, latency, outputs, charges or calibration (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    calibration,
     charge_throughput,
     common,
     create_throughput,
@@ -37,7 +40,7 @@ from bench import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges")
+BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges", "calibration")
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -50,6 +53,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "latency": {"warm": 20, "cold": 8, "batches": 2, "hops": 100, "runtime_starts": 10, "agent_starts": 2},
             "outputs": {"size_mib": 256, "rounds": 1},
             "charges": {"attempts": 500, "workers": 16, "seconds": 5.0, "rounds": 1},
+            "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 5},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -59,6 +63,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "latency": {"warm": 100, "cold": 40, "batches": 4, "hops": 400, "runtime_starts": 20, "agent_starts": 8},
         "outputs": {"size_mib": 1024, "rounds": 2},
         "charges": {"attempts": 500, "workers": 16, "seconds": 10.0, "rounds": 3},
+        "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 20},
     }
 
 
@@ -100,6 +105,9 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["charges"] = await charge_throughput.run(workdir / "charges", **params["charges"])
         results["charges"]["seconds"] = time.monotonic() - started
+    if "calibration" in only:
+        # In-process and without a database (the estimator and the billing rules on simulated Jobs).
+        results["calibration"] = await calibration.run(workdir / "calibration", **params["calibration"])
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -288,6 +296,19 @@ def table(results: dict[str, Any]) -> str:
                 f"{ch['ratio']:.2f}",
                 f">= {ch['target']:.2f}",
                 _verdict(ch["met"]),
+            )
+        )
+    if "calibration" in results:
+        ca = results["calibration"]
+        main, pooled = ca["history"]["overall"], ca["history"]["seeds"]["pooled"]
+        rows.append(
+            (
+                f"estimate calibration, {main['jobs']} Jobs: actual <= P90 / <= P50",
+                f"{100 * main['within_p90']:.1f} % / {100 * main['within_p50']:.1f} %",
+                f"{ca['seeds']} seeds: {100 * pooled['within_p90']:.1f} % / {100 * pooled['within_p50']:.1f} %",
+                "",
+                ">= 90 % / 40-60 %",
+                _verdict(ca["met"]),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(6)]

@@ -57,7 +57,10 @@ async def admin_async(cluster: clusters.Cluster) -> AsyncIterator[httpx.AsyncCli
         yield client
 
 
-def make_project(client: httpx.Client, members: list[dict[str, str]] | None = None, prefix: str = "p") -> str:
+def make_project(
+    client: httpx.Client, members: list[dict[str, str]] | None = None, prefix: str = "p", credit: str | None = "1000"
+) -> str:
+    """A new project with ``members`` and ``credit`` USD granted (None: none); ``client`` must be an administrator."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     body = {
         "apiVersion": "nodus.dev/v1",
@@ -67,6 +70,10 @@ def make_project(client: httpx.Client, members: list[dict[str, str]] | None = No
     }
     response = client.post("/apis/nodus.dev/v1/projects", json=body)
     assert response.status_code == 201, response.text
+    # Creating a Job needs credit for its first hold (issue 5): test projects start with some.
+    if credit is not None:
+        granted = client.post(f"/apis/nodus.dev/v1/projects/{name}/credits", json={"amountUSD": credit, "key": "start"})
+        assert granted.status_code == 201, granted.text
     return name
 
 

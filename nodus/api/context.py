@@ -18,6 +18,10 @@ class RequestContext:
     dry_run: bool = False
     field_validation: FieldValidation = "Warn"
     warnings: list[str] = field(default_factory=list)
+    # If-Match of a create: binds a Job to the estimate of a dry run (its ETag).
+    if_match: str | None = None
+    # Headers the response carries besides Warning (a dry run's ETag).
+    response_headers: dict[str, str] = field(default_factory=dict)
     # Projects read while serving this request (authorisation, then admission): read once.
     projects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 

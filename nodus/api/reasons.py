@@ -174,7 +174,23 @@ _register(
     "Each conflicting field is listed in `details.causes` with the manager that owns it.",
 )
 
-for _money in ("InsufficientCredits", "MaxCostReached"):
+_register(
+    "MaxCostBelowHold",
+    402,
+    "The Job's spec.maxCostUSD is below the first hold its capacity needs, so it could never start.",
+    "Raise spec.maxCostUSD to at least the hold the message names, or choose cheaper capacity.",
+    "Before capacity starts, a hold reserves its rate for a funded window plus the minimum charge, and the hold "
+    "must fit the Job's own cap. A dry run (?dryRun=All) shows the hold in status.estimate.holdUSD.",
+)
+_register(
+    "EstimateMismatch",
+    412,
+    "If-Match on a create is not the ETag of a dry run of this Job spec in this project.",
+    "Send the ETag of a dry run (?dryRun=All) of exactly this spec, or create without If-Match.",
+    "A create with If-Match is bound to the estimate of that dry run: it stores it and is never placed above "
+    "its rate plus 10 %. The ETag is sealed by the API servers' secret keys and carries the spec it estimated.",
+)
+for _money in ("InsufficientCredits", "MaxCostReached", "BudgetExceeded"):
     _entry = statusreasons.get(_money)
     _register(_money, 402, _entry.summary, _entry.fix, _entry.explanation)
 

@@ -10,6 +10,7 @@ from nodus.api import bootstrap, offerings
 from nodus.api.auth.authorization import Authorizer, member_names
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
+from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
 from nodus.api.kinds import catalog, secret
 from nodus.api.metrics import Metrics
@@ -55,6 +56,9 @@ class APIServer:
         self.price_book = offerings.load(settings.price_book)
         # Opened here, so that a bad --blob-store stops the server before it starts.
         self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
+        self.stores["jobs"].admission = JobEstimates(
+            self.storage, self.price_book.version, settings.funded_window, self.secret_keys
+        ).admit
         self.ready = False
 
     async def start(self) -> None:

@@ -37,3 +37,6 @@ class ServerSettings:
     # Where blob bytes go (--blob-store): file:///dir, a directory, or s3://bucket/prefix?endpoint=&region=.
     # None: blob, output and Volume revision endpoints answer 503.
     blob_store: str | None = None
+    # The funded window of a hold, as the billing controller places it (--funded-window of both): the
+    # estimate quotes holds with it.
+    funded_window: timedelta = timedelta(minutes=10)

@@ -1,6 +1,7 @@
 """The generic store: the order of every write, the same for every kind.
 
-create: system metadata, generateName, prepare, validate, admit, field ownership, store.
+create: system metadata, generateName, prepare, validate, admit (the project; the kind's admission,
+such as the Job's estimate), field ownership, store.
 update: read, precondition, carry system metadata, prepare, generation, validate, ownership, store.
 patch: read, apply the patch to the current object, then update; retried on a concurrent write.
 delete: preconditions, propagation finalizers, then either mark (deletionTimestamp) or remove.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodus.api import errors, fieldmanagement, objectmeta
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 PatchFunction = Callable[[Object], Object]
+# A step of create after validation that needs more than the object (storage, the ledger): the Job's
+# estimate. It may change the object (its status) and refuse the create by raising an APIError.
+Admission = Callable[[Object, RequestContext], Awaitable[None]]
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -47,6 +51,7 @@ class GenericStore:
         self.storage = storage
         self.info = info
         self.strategy = info.strategy
+        self.admission: Admission | None = None
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -157,6 +162,8 @@ class GenericStore:
         self.strategy.prepare_for_create(obj)
         self._validate(obj, None)
         await self._admit(obj, ctx)
+        if self.admission is not None:
+            await self.admission(obj, ctx)
         for message in self.strategy.warnings_on_create(obj):
             ctx.warn(message)
         if not owned:

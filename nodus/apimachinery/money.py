@@ -7,7 +7,7 @@ write an amount in exactly one way.
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 MICRO = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -24,3 +24,15 @@ def text(value: Decimal) -> str:
 def charge(rate_per_hour: Decimal, seconds: Decimal) -> Decimal:
     """What ``seconds`` cost at ``rate_per_hour``, rounded half-up to the micro-dollar (once)."""
     return (rate_per_hour * seconds / SECONDS_PER_HOUR).quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
+#: The billing increment: an allocation's billed time is rounded up to a whole number of these, and
+#: one increment is the least an allocation costs (``minimumChargeUSD``).
+INCREMENT_SECONDS = 60
+
+
+def hold_for(rate_per_hour: Decimal, window_seconds: Decimal) -> Decimal:
+    """The hold that funds one slot: ``window_seconds`` at the rate plus one increment (the minimum
+    charge), rounded up to the micro-dollar. The billing controller places it and the estimate quotes it."""
+    window = rate_per_hour * window_seconds / SECONDS_PER_HOUR
+    return (window + charge(rate_per_hour, Decimal(INCREMENT_SECONDS))).quantize(MICRO, rounding=ROUND_CEILING)

@@ -279,3 +279,14 @@ _add(
     "is refused: a new attempt waits without capacity, and a running one is stopped before its hold runs out "
     "(the Job's Funded condition is False).",
 )
+_add(
+    "BudgetExceeded",
+    "A Budget the Job matches has no room for the hold its capacity needs.",
+    "Raise spec.limitUSD of the Budget named in the message (kubectl edit budget NAME), wait for its period to "
+    "end, or lower the Job's parallelism; the Job resumes by itself.",
+    "A Budget limits what the project's Jobs matching its selector may commit per period (Daily, Monthly or Total): "
+    "what was charged to them in the period plus what they hold. Every hold and extension must fit every Budget its "
+    "Job matches; one that does not is refused: a new attempt waits without capacity, and a running one is stopped "
+    "before its hold runs out (the Job's Funded condition is False). The message names the Budget, its limit, what "
+    "is committed and what the hold needs; kubectl get budgets shows each Budget's figures.",
+)

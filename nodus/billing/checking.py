@@ -2,9 +2,11 @@
 
 :func:`verify` returns the breaches (empty: sound). The ledger's own invariants are checked by SQL
 in ``nodus.storage.ledger`` (entries sum to zero, balances equal their entries, no project balance
-below zero, holds add up and settle once, held credit equals the open holds); here are the display
-copies: every Project's ``status.credits`` must show what the ledger says (a copy may lag a moment
-after a movement; verify reads both, so run it on a quiet system or run it twice).
+below zero, holds add up and settle once, held credit equals the open holds) and in
+``nodus.storage.budgets`` (no Budget has more committed in its current period than its limit: a
+limit lowered below what is committed shows here too); here are the display copies: every
+Project's ``status.credits`` must show what the ledger says (a copy may lag a moment after a
+movement; verify reads both, so run it on a quiet system or run it twice).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from decimal import Decimal
 
-from nodus.billing import ledger, money
+from nodus.apimachinery import units
+from nodus.billing import budgets, ledger, money
 from nodus.storage import ledger as tables
 from nodus.storage.ledger import Breach, StatementLine
 from nodus.storage.objects import Storage
@@ -24,6 +27,7 @@ async def verify(url: str) -> list[Breach]:
     await storage.start()
     try:
         found = await tables.breaches(storage)
+        found += await budgets.overspent(storage, units.now())
         for project, shown in await tables.project_credit_copies(storage):
             figures = await ledger.credits(storage, project)
             for field, name in (("balanceUSD", "balance"), ("heldUSD", "held"), ("availableUSD", "available")):

@@ -15,6 +15,7 @@ Accounts (``owner/name``):
 | capture *c* | project/held -c, nodus/revenue +c | amount -c, captured +c |
 | covered *c* | nodus/covered -c, nodus/capacity +c | |
 | refund *r* | nodus/revenue -r, project/available +r | (a charge later found to be Nodus's fault) |
+| charge *c* | project/available -c, nodus/revenue +c | (post-paid, no hold: storage by the hour, ADR 0023) |
 | release | project/held -rest, project/available +rest | settled, once |
 
 Each function makes one posting under an idempotency ``key`` the caller chooses so that a retry
@@ -30,6 +31,7 @@ from decimal import Decimal
 
 from nodus.billing import money
 from nodus.storage import ledger
+from nodus.storage.budgets import BudgetLimit
 from nodus.storage.ledger import NODUS, Charge, Entry, HoldChange, Posted, Posting
 from nodus.storage.objects import Storage
 
@@ -64,15 +66,18 @@ async def hold(
     subject: str = "",
     extend: bool = False,
     cap: Decimal | None = None,
+    budgets: tuple[BudgetLimit, ...] | None = None,
 ) -> Posted:
     """Reserve ``amount`` of ``project``'s available credit in hold ``hold_id`` (new, or ``extend``ed).
 
-    Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short, and
+    Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short,
     :class:`~nodus.storage.ledger.CapExceeded` when ``cap`` (a Job's ``maxCostUSD``) would be passed by
-    what the hold's subject has captured and holds."""
+    what the hold's subject has captured and holds, and :class:`~nodus.storage.budgets.BudgetExceeded`
+    when one of ``budgets`` (the Budgets the Job matches, ``nodus.billing.budgets.matching``) would be
+    passed; the hold is tagged with ``budgets`` (None: not checked, tags kept)."""
     amount = _positive(amount, "a hold")
     entries = (Entry(project, AVAILABLE, -amount), Entry(project, HELD, amount))
-    change = HoldChange(hold_id, held=amount, create=not extend, subject=subject, cap=cap)
+    change = HoldChange(hold_id, held=amount, create=not extend, subject=subject, cap=cap, budgets=budgets)
     posting = Posting(
         key,
         "Extend" if extend else "Hold",
@@ -118,6 +123,25 @@ async def refund(storage: Storage, project: str, hold_id: str, charge: Charge, k
     entries = (Entry(NODUS, REVENUE, -amount), Entry(project, AVAILABLE, amount))
     negative = Charge(charge.segment, -charge.seconds, charge.rate_per_hour, -amount)
     posting = Posting(key, "Refund", project, entries, subject=hold_id, charge=negative)
+    return await ledger.post(storage, posting)
+
+
+async def charge(storage: Storage, project: str, subject: str, charge: Charge, key: str, memo: str = "") -> Posted:
+    """Charge ``charge.amount`` for ``subject`` (a Job's uid) straight from the project's available credit,
+    without a hold: what is post-paid (storage by the hour). Raises :class:`~nodus.storage.ledger.Overdrawn`
+    when the available credit is short: nothing is charged then, and the caller keeps owing it."""
+    amount = _positive(charge.amount, "a charge")
+    entries = (Entry(project, AVAILABLE, -amount), Entry(NODUS, REVENUE, amount))
+    posting = Posting(
+        key,
+        "Charge",
+        project,
+        entries,
+        subject=subject,
+        memo=memo,
+        non_negative=frozenset({(project, AVAILABLE)}),
+        charge=charge,
+    )
     return await ledger.post(storage, posting)
 
 

@@ -16,6 +16,9 @@ digits (micro-USD); a derived rate is rounded half-up to 6 fraction digits.
 Accelerator ids are checked against the catalog the caller passes (the API server passes the one
 ``spec.resources.gpu.type`` is validated against), so that an offering never names a GPU a Job
 cannot ask for; the book's family and memory per GPU must agree with that catalog.
+
+The book also prices storage (``storage``: USD per GiB-month above a free inclusion per Job), which the
+API server hands to the storage billing controller through the ledger door (ADR 0023).
 """
 
 from __future__ import annotations
@@ -106,9 +109,17 @@ def _quantity(value: str) -> str:
     return value
 
 
+def _size(value: str) -> str:
+    amount = units.parse_quantity(value)
+    if amount < 0 or amount != amount.to_integral_value():
+        raise ValueError(f"must be a whole number of bytes of at least 0 such as 10Gi, 512Ki or 0, not {value!r}")
+    return value
+
+
 Rate = Annotated[Decimal, BeforeValidator(_decimal), AfterValidator(_positive)]
 Duration = Annotated[str, AfterValidator(_duration)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
+Size = Annotated[str, AfterValidator(_size)]
 
 
 def _bytes(quantity: str) -> int:
@@ -198,11 +209,17 @@ class CpuHost(_Host):
         return f"cpu-{self.vcpu}c"
 
 
+class StorageEntry(_Entry):
+    rate_usd_per_gib_month: Rate = Field(alias="rateUSDPerGiBMonth")
+    free_per_job: Size
+
+
 class PriceBookFile(_Entry):
     version: str = Field(pattern=_LABEL_VALUE)
     currency: Literal["USD"]
     provider: str = Field(pattern=_DNS_LABEL)
     sources: str = Field(min_length=1)
+    storage: StorageEntry
     region_classes: dict[RegionClassName, RegionClass] = Field(min_length=1)
     accelerators: dict[str, AcceleratorEntry] = Field(default_factory=dict)
     gpu_hosts: list[GpuHost] = Field(default_factory=list)
@@ -272,12 +289,35 @@ class Offering:
 
 
 @dataclass(frozen=True)
+class StoragePrice:
+    """What storing a Job's bytes costs: ``rate_per_gib_month`` USD per GiB (2^30 bytes) for a month of
+    :data:`HOURS_PER_MONTH` hours, for the bytes above ``free_bytes`` (the free inclusion per Job)."""
+
+    rate_per_gib_month: Decimal
+    free_bytes: int
+
+    def wire(self, version: str) -> dict[str, Any]:
+        """The price as the ledger door serves it to the storage billing controller."""
+        return {
+            "pricebookVersion": version,
+            "rateUSDPerGiBMonth": f"{self.rate_per_gib_month.normalize():f}",
+            "freeBytes": self.free_bytes,
+            "hoursPerMonth": HOURS_PER_MONTH,
+        }
+
+
+#: A month, for storage priced per GiB-month: 365 x 24 / 12 hours, as the clouds bill it.
+HOURS_PER_MONTH = 730
+
+
+@dataclass(frozen=True)
 class PriceBook:
     version: str
     currency: str
     provider: str
     source: str
     offerings: tuple[Offering, ...]
+    storage: StoragePrice
 
     def by_name(self) -> dict[str, Offering]:
         return {offering.name: offering for offering in self.offerings}
@@ -323,7 +363,8 @@ def parse(text: str, source: str, accelerators: Iterable[Accelerator]) -> PriceB
     duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise PriceBookError(source, [f"offering {name} is described more than once" for name in duplicates])
-    return PriceBook(book.version, book.currency, book.provider, source, tuple(offerings))
+    storage = StoragePrice(book.storage.rate_usd_per_gib_month, _bytes(book.storage.free_per_job))
+    return PriceBook(book.version, book.currency, book.provider, source, tuple(offerings), storage)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -116,7 +116,8 @@ def statement(args: argparse.Namespace) -> None:
         else:
             print(f"{'time':<27} {'kind':<8} {'segment':<9} {'seconds':>10} {'rate/h':>10} {'amount':>14}  subject")
         async for line in checking.statement(_url(args), args.project, start, end):
-            seconds = "" if line.seconds is None else str(line.seconds.normalize())
+            # Fixed point: a normalized 3600 or 60 would print as 3.6E+3 or 6E+1.
+            seconds = "" if line.seconds is None else format(line.seconds.normalize(), "f")
             rate = "" if line.rate_per_hour is None else money.text(line.rate_per_hour)
             amount = money.text(line.amount) if line.amount >= 0 else "-" + money.text(-line.amount)
             if writer is not None:

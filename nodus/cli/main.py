@@ -15,11 +15,21 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
-from nodus.cli import billing, commands, processes
+from nodus.cli import billing, commands, estimate, processes
 from nodus.cli.processes import duration as _duration
 
 
-def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = True) -> None:
+    """The API server's flags; ``funded_window`` False where the controllers' flag of that name is added
+    too (nodus dev), which then serves both."""
+    if funded_window:
+        parser.add_argument(
+            "--funded-window",
+            type=_duration,
+            default=timedelta(minutes=10),
+            help="the funded window the billing controllers hold for (their --funded-window): estimates quote "
+            "holds with it (default 10m)",
+        )
     parser.add_argument("--database-url", help="PostgreSQL URL (default: $NODUS_DATABASE_URL)")
     parser.add_argument("--token-auth-file", type=Path, help='CSV of bearer tokens: token,user,uid,"group1,group2"')
     parser.add_argument(
@@ -71,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     dev_cmd.add_argument("--host", default="127.0.0.1")
     dev_cmd.add_argument("--port", type=int, default=8080)
     dev_cmd.add_argument("--data-dir", default=".nodus", help="where the database, certificates and kubeconfig live")
-    _add_server_flags(dev_cmd)
+    _add_server_flags(dev_cmd, funded_window=False)
     processes.add_controller_flags(dev_cmd, with_kubeconfig=False)
     dev_cmd.set_defaults(run="servers:dev")
 
@@ -130,6 +140,10 @@ def parser() -> argparse.ArgumentParser:
     billing.add_credits_flags(grant, show)
     grant.set_defaults(run="billing:credits_grant")
     show.set_defaults(run="billing:credits_show")
+
+    estimate_cmd = commands_.add_parser("estimate", help="what a Job will cost before it runs (a dry run), as a table")
+    estimate.add_estimate_flags(estimate_cmd)
+    estimate_cmd.set_defaults(run="estimate:estimate")
 
     bill = commands_.add_parser("billing", help="operators' tools on the ledger (reads the database)")
     bill_commands = bill.add_subparsers(dest="billing_command", required=True)

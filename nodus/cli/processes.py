@@ -59,6 +59,12 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         help="how much running time an attempt's hold funds before it is extended (default 10m)",
     )
     parser.add_argument(
+        "--storage-charge-interval",
+        type=duration,
+        default=timedelta(hours=1),
+        help="how long one billed hour of stored bytes lasts; for tests only (default 1h, billed as an hour always)",
+    )
+    parser.add_argument(
         "--renew-deadline", type=duration, default=timedelta(seconds=10), help="leader renewal deadline"
     )
     parser.add_argument("--retry-period", type=duration, default=timedelta(seconds=2), help="leader renewal period")
@@ -119,6 +125,8 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
             agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
         )
+    if args.storage_charge_interval <= timedelta(0):
+        raise SystemExit("--storage-charge-interval must be longer than 0s")
     settings = ControllerSettings(
         kubeconfig=kubeconfig,
         workers=args.workers,
@@ -128,6 +136,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         renew_deadline=args.renew_deadline.total_seconds(),
         retry_period=args.retry_period.total_seconds(),
         funded_window=args.funded_window,
+        storage_hour=args.storage_charge_interval,
         sim=sim,
     )
     if args.identity:

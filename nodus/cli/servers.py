@@ -45,6 +45,7 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         bookmark_interval=args.watch_bookmark_interval.total_seconds(),
         price_book=args.price_book,
         blob_store=args.blob_store,
+        funded_window=args.funded_window,
         **extra,  # type: ignore[arg-type]
     )
 

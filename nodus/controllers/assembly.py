@@ -2,8 +2,8 @@
 
 What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the
 Secret pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each
-attempt), the scheduler loop, the provisioner
-(attempts to hosts, idle hosts released), node lifecycle
+attempt), storage billing (each Job's stored bytes, by the hour), the Budgets' status copies, the
+scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
 (heartbeats), and, with the simulated cloud, the hosts controller that boots and kills agents.
 Standbys keep their informers synced so a takeover starts warm. Garbage collection of owned
 objects runs in the API server (ADR 0005); TTL after finish is the Job controller's.
@@ -23,12 +23,16 @@ from typing import Any
 from nodus.client import Client, ClientConfig, errors
 from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
 from nodus.controllers.billing import (
+    BUDGET_WAIT_INDEX,
     CREDIT_WAIT_INDEX,
     AttemptBilling,
     enqueue_attempts_of_job,
     enqueue_waiting,
+    enqueue_waiting_for_budget,
+    waiting_for_budget,
     waiting_for_credit,
 )
+from nodus.controllers.budgets import BudgetStatus
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
     WAITING_INDEX,
@@ -52,6 +56,7 @@ from nodus.controllers.runtime.manager import Manager, enqueue_object, enqueue_o
 from nodus.controllers.runtime.workqueue import WorkQueue
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
+from nodus.controllers.storagebilling import UNPAID_INDEX, StorageBilling, enqueue_unpaid, unpaid_in
 
 log = logging.getLogger("nodus.controllers")
 
@@ -73,6 +78,8 @@ class ControllerSettings:
     resync: float = 300.0
     # How long a hold funds an attempt before it is extended (tests shorten it).
     funded_window: timedelta = timedelta(minutes=10)
+    # How long one billed hour of storage lasts (tests shorten it; it is billed as an hour all the same).
+    storage_hour: timedelta = timedelta(hours=1)
     sim: SimulatedCloudConfig | None = None
 
 
@@ -149,6 +156,20 @@ class Controllers:
         jobs.add_handler(enqueue_attempts_of_job(billing_queue, attempts, JOB_UID_INDEX))
         billing = AttemptBilling(client, attempts, jobs, settings.funded_window)
         manager.add_controller("billing", billing, billing_queue, workers)
+
+        storage_queue: WorkQueue[Any] = WorkQueue()
+        jobs.add_index(UNPAID_INDEX, unpaid_in)
+        jobs.add_handler(enqueue_object(storage_queue))
+        manager.informer("projects", resync=settings.resync).add_handler(enqueue_unpaid(storage_queue, jobs))
+        storage_billing = StorageBilling(client, jobs, settings.storage_hour)
+        manager.add_controller("storage-billing", storage_billing, storage_queue, workers)
+
+        budgets = manager.informer("budgets", resync=settings.resync)
+        attempts.add_index(BUDGET_WAIT_INDEX, waiting_for_budget)
+        budgets.add_handler(enqueue_waiting_for_budget(billing_queue, attempts))
+        budget_queue: WorkQueue[Any] = WorkQueue()
+        budgets.add_handler(enqueue_object(budget_queue))
+        manager.add_controller("budget-status", BudgetStatus(client, budgets), budget_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

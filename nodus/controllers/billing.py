@@ -24,7 +24,10 @@ The rules, per attempt (one allocation of capacity):
   attempt is bound and extended by the same amount whenever less than half a window is left. An
   attempt whose hold the project cannot fund waits without capacity (``reason: InsufficientCredits``,
   the Job's ``Funded=False``) and is tried again every ``CAPTURE_INTERVAL``: credit granted meanwhile
-  starts it (DECISIONS 15); nothing is charged while it waits.
+  starts it (DECISIONS 15); nothing is charged while it waits. The same holds for the Job's
+  ``maxCostUSD`` (``MaxCostReached``, tried again at once when it is raised) and for the project's
+  Budgets (``BudgetExceeded``: the hold and each extension name the Job, whose labels select the
+  Budgets it must fit; tried again at once when a Budget of the project changes or goes).
 * A segment is captured once it is closed (its end is known: ``Boot`` at ``startTime``, the others at
   ``finishTime``), never estimated: the Attempt's times are whole seconds, written by the agent, and
   a charge computed from "now" could exceed the time that turns out to have been billed. Meanwhile the
@@ -66,8 +69,9 @@ API = "/apis/nodus.dev/v1"
 
 
 CREDIT_WAIT_INDEX = "waiting-for-credit"
-# Why an attempt may wait for money, unfunded: the project's credit, or the Job's maxCostUSD.
-WAITS = frozenset({"InsufficientCredits", "MaxCostReached"})
+BUDGET_WAIT_INDEX = "waiting-for-budget"
+# Why an attempt may wait for money, unfunded: the project's credit, the Job's maxCostUSD, or a Budget.
+WAITS = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExceeded"})
 STOP_GRACE_SECONDS = 30
 
 
@@ -79,12 +83,23 @@ def waiting_for_credit(attempt: Object) -> list[str]:
     return [str(attempt["metadata"].get("namespace") or "")]
 
 
+def waiting_for_budget(attempt: Object) -> list[str]:
+    """Index of live attempts waiting for room in a Budget, by project: a Budget's change there tries them."""
+    status = attempt.get("status") or {}
+    if status.get("reason") != "BudgetExceeded" or status.get("phase") in _TERMINAL:
+        return []
+    return [str(attempt["metadata"].get("namespace") or "")]
+
+
 def enqueue_attempts_of_job(queue: WorkQueue[Any], attempts: Informer, index: str) -> Handler:
-    """A Job changed (its maxCostUSD raised): its attempts look at their funding again."""
+    """A Job changed (its maxCostUSD raised, its labels and so its Budgets changed): its attempts look at
+    their funding again."""
 
     def handler(old: Object | None, new: Object | None) -> None:
         if new is not None and (
-            old is None or (old.get("spec") or {}).get("maxCostUSD") != (new.get("spec") or {}).get("maxCostUSD")
+            old is None
+            or (old.get("spec") or {}).get("maxCostUSD") != (new.get("spec") or {}).get("maxCostUSD")
+            or old["metadata"].get("labels") != new["metadata"].get("labels")
         ):
             for attempt in attempts.by_index(index, str(new["metadata"]["uid"])):
                 queue.add((str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["name"])))
@@ -99,6 +114,22 @@ def enqueue_waiting(queue: WorkQueue[Any], attempts: Informer) -> Handler:
         if new is not None:
             project = str(new["metadata"]["name"])
             for attempt in attempts.by_index(CREDIT_WAIT_INDEX, project):
+                queue.add((project, str(attempt["metadata"]["name"])))
+
+    return handler
+
+
+def enqueue_waiting_for_budget(queue: WorkQueue[Any], attempts: Informer) -> Handler:
+    """A Budget's spec changed (its limit raised, its selector narrowed) or it went: the attempts of its
+    project waiting for a Budget try again now."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        if old is not None and new is not None and old.get("spec") == new.get("spec"):
+            return  # only its status copy moved
+        budget = new if new is not None else old
+        if budget is not None:
+            project = str(budget["metadata"].get("namespace") or "")
+            for attempt in attempts.by_index(BUDGET_WAIT_INDEX, project):
                 queue.add((project, str(attempt["metadata"]["name"])))
 
     return handler
@@ -199,6 +230,8 @@ class AttemptBilling:
             hold = hold.quantize(MICRO, rounding=ROUND_CEILING)
             body = {"operation": "Hold", "key": f"hold:{uid}", "hold": uid, "amountUSD": usd(hold)}
             body["subject"] = str((attempt.get("spec") or {}).get("jobUID") or "")
+            if job := (attempt.get("spec") or {}).get("job"):
+                body["job"] = str(job)  # its labels select the Budgets the hold must fit
             if (cap := self._cap(attempt)) is not None:
                 body["capUSD"] = cap
             try:
@@ -290,15 +323,34 @@ class AttemptBilling:
         if owed.rate <= 0 or left >= max(owed.step / 2, margin):
             return ledger
         namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
+        job = str((attempt.get("spec") or {}).get("job") or "") or None
         try:
-            return await self._extend(namespace, uid, ledger, owed.step, self._cap(attempt))
+            extended = await self._extend(namespace, uid, ledger, owed.step, self._cap(attempt), job)
         except errors.APIError as exc:
             if exc.reason not in WAITS:
                 raise
             if left <= margin:
                 log.info("attempt %s stops: %s", uid, exc.message)
                 await stop_attempt(self._client, attempt, exc.reason)
+            else:
+                # It runs on what is held, and says until when: the Job shows Funded=False and stopByTime.
+                edge = units.now() + timedelta(seconds=float((left - margin) / owed.rate * 3600))
+                await self._mark_unfunded(attempt, exc.reason, exc.message, units.format_time(edge))
             return ledger
+        await self._mark_unfunded(attempt, None, None, None)
+        return extended
+
+    async def _mark_unfunded(self, attempt: Object, reason: str | None, message: str | None, edge: str | None) -> None:
+        """Write (or clear, all None) a running attempt's money wait: reason, message and ``stopByTime``."""
+        status = attempt.get("status") or {}
+        if reason is None and status.get("reason") not in WAITS and not status.get("stopByTime"):
+            return
+        if reason is not None and status.get("reason") == reason and status.get("stopByTime"):
+            return  # the edge was written when the wait began; moving it on every look would churn
+        meta = attempt["metadata"]
+        patch = {"status": {"reason": reason, "message": message, "stopByTime": edge}}
+        with contextlib.suppress(errors.NotFound):
+            await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
 
     def _cap(self, attempt: Object) -> str | None:
         """The Job's ``maxCostUSD``, if it has one (the Job read from the informer, matched by uid)."""
@@ -310,10 +362,11 @@ class AttemptBilling:
         return str(cap) if cap is not None else None
 
     async def _extend(
-        self, namespace: str, uid: str, ledger: Object, amount: Decimal, cap: str | None = None
+        self, namespace: str, uid: str, ledger: Object, amount: Decimal, cap: str | None = None, job: str | None = None
     ) -> Object:
-        """Extend the hold by ``amount``; with ``cap`` (funding ahead) the Job's maxCostUSD applies, without
-        it (time already billed, being captured) it does not: consumed time is owed either way."""
+        """Extend the hold by ``amount``; funding ahead, with ``cap`` the Job's maxCostUSD applies and with
+        ``job`` the Budgets its labels select; without them (time already billed, being captured) neither
+        does: consumed time is owed either way."""
         amount = amount.quantize(MICRO, rounding=ROUND_CEILING)
         # The key names the hold's total after the extension: two reconciles extending from the same
         # state post the same key (one extension), a later extension a new one.
@@ -321,12 +374,15 @@ class AttemptBilling:
         body = {"operation": "Extend", "key": f"extend:{uid}:{usd(total)}", "hold": uid, "amountUSD": usd(amount)}
         if cap is not None:
             body["capUSD"] = cap
+        if job is not None:
+            body["job"] = job
         return await self._post(namespace, body)
 
     async def _refuse(self, attempt: Object, reason: str, message: str) -> Result | None:
-        """The project's credit or the Job's cap cannot fund the hold: the attempt waits, unfunded and
-        without capacity, saying why (``reason``: InsufficientCredits or MaxCostReached); it is tried
-        again every ``CAPTURE_INTERVAL``, at once after a grant or a raised cap (DECISIONS 15)."""
+        """The project's credit, the Job's cap or a Budget cannot fund the hold: the attempt waits, unfunded
+        and without capacity, saying why (``reason``: InsufficientCredits, MaxCostReached or BudgetExceeded);
+        it is tried again every ``CAPTURE_INTERVAL``, at once after a grant, a raised cap or a Budget's
+        change (DECISIONS 15)."""
         meta = attempt["metadata"]
         if (attempt.get("spec") or {}).get("node"):
             # Capacity was assigned before billing saw it (a provisioner of an older release): stop it.
@@ -349,23 +405,25 @@ class AttemptBilling:
             for s in (*owed.closed, *charged)
             if s not in set(ledger.get("coveredUSD") or {})
         }
+        # Every key is written, null where absent: the copy is a merge patch, and a segment charged once
+        # and refunded since (a Boot before a Nodus fault) must disappear, not keep its old amount.
         segments: Object = {
-            f"{s.lower()}USD": usd(shown[s]) for s in ("Boot", "Running", "Restore", "Teardown") if s in shown
+            f"{s.lower()}USD": usd(shown[s]) if s in shown else None for s in ("Boot", "Running", "Restore", "Teardown")
         }
-        if covered:
-            segments["coveredByNodus"] = covered
+        segments["coveredByNodus"] = covered or None
         cost: Object = {
             "totalUSD": usd(sum(charged.values(), Decimal(0))),
             "heldUSD": usd(Decimal(str(ledger.get("amountUSD") or "0"))),
             "rateUSDPerHour": usd(Decimal(0) if owed.final else owed.rate),
             "bySegment": segments,
             "final": owed.final,
+            "fundedUntilTime": None,
         }
         held = Decimal(str(ledger.get("amountUSD") or "0"))
         if not owed.final and owed.rate > 0:
             until = units.now() + timedelta(seconds=float(held / owed.rate * 3600))
             cost["fundedUntilTime"] = units.format_time(until)
-        if (attempt.get("status") or {}).get("cost") == cost:
+        if (attempt.get("status") or {}).get("cost") == _without_nulls(cost):
             return None
         meta = attempt["metadata"]
         with contextlib.suppress(errors.NotFound):
@@ -381,3 +439,10 @@ class AttemptBilling:
     async def _post(self, namespace: str, body: Object) -> Object:
         response = await self._client.request("POST", f"{API}/namespaces/{namespace}/ledger/postings", json=body)
         return dict(response.json())
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` as stored after a merge patch: keys whose value is None removed."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value

@@ -28,12 +28,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from nodus.storage.errors import StorageError
 from nodus.storage.objects import Storage
+
+if TYPE_CHECKING:
+    from nodus.storage.budgets import BudgetLimit
 
 NODUS = "nodus"  # the owner of Nodus's own accounts
 # Two-key advisory locks (class, hash of the subject) for caps; no other lock uses this class.
@@ -91,6 +94,9 @@ class HoldChange:
     subject: str = ""
     # With a cap, the subject's captured plus held credit, this change included, may not pass it.
     cap: Decimal | None = None
+    # The Budgets the subject (a Job) matches now: the hold is tagged with exactly these and the change
+    # must fit each (nodus.storage.budgets). None: not checked, tags kept (time already billed).
+    budgets: tuple[BudgetLimit, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,11 +143,21 @@ def _connection(storage: Storage) -> contextlib.AbstractAsyncContextManager[Any]
 
 
 async def post(storage: Storage, posting: Posting) -> Posted:
-    """Make ``posting`` (see the module docstring), or find that it was made already."""
+    """Make ``posting`` (see the module docstring), or find that it was made already.
+
+    The posting is one call of ``ledger_post`` (migration 0008), which takes the hot account rows last
+    and holds them only to the commit. With no hold change, or a plain one (a capture), that call is the
+    whole transaction; any other hold change (create, settle, a cap, budgets) is made first, by
+    :func:`_change_hold`, in one transaction with the call. Every posting takes its locks in one order
+    (cap and budget locks, the hold's row, the accounts in id order): none waits on another in a cycle."""
     if sum((e.amount for e in posting.entries), Decimal(0)) != 0:
         raise LedgerError(f"posting {posting.key}: its entries sum to {sum(e.amount for e in posting.entries)}, not 0")
     fingerprint = posting.fingerprint()
     async with _connection(storage) as conn:
+        if _in_one_statement(posting.hold):
+            # No round trip while the hot rows are locked: the key, the hold, the charge, the balances and
+            # the entries in one statement, its own transaction (a replay is found by the call itself).
+            return await _record(conn, posting, fingerprint, replay=True)
         try:
             async with conn.transaction():
                 existing = await _existing(conn, posting.key, fingerprint)
@@ -166,66 +182,82 @@ async def _existing(conn: Any, key: str, fingerprint: str) -> int | None:
 
 
 async def _apply(conn: Any, posting: Posting, fingerprint: str) -> int:
-    accounts = sorted({(e.owner, e.account) for e in posting.entries})
-    await conn.executemany(
-        "INSERT INTO ledger_accounts (owner, name) VALUES ($1, $2) ON CONFLICT (owner, name) DO NOTHING", accounts
-    )
-    rows = await conn.fetch(
-        "SELECT id, owner, name, balance FROM ledger_accounts WHERE (owner, name) IN "
-        "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY id FOR UPDATE",
-        [a[0] for a in accounts],
-        [a[1] for a in accounts],
-    )
-    by_name = {(r["owner"], r["name"]): r for r in rows}
-    changes: dict[tuple[str, str], Decimal] = {}
-    for entry in posting.entries:
-        changes[(entry.owner, entry.account)] = changes.get((entry.owner, entry.account), Decimal(0)) + entry.amount
-    for account, change in changes.items():
-        balance = Decimal(by_name[account]["balance"])
-        if account in posting.non_negative and balance + change < 0:
-            raise Overdrawn(account[0], account[1], balance, change)
-    await conn.executemany(
-        "UPDATE ledger_accounts SET balance = balance + $2 WHERE id = $1",
-        [(by_name[a]["id"], change) for a, change in changes.items() if change != 0],
-    )
+    """The posting inside the caller's transaction, its key looked up already: the hold change first
+    (its cap and budget locks, then the hold's row), then ledger_post, which locks the accounts last."""
     if posting.hold is not None:
         await _change_hold(conn, posting.project, posting.hold)
-    transaction_id = int(
-        await conn.fetchval(
-            "INSERT INTO ledger_transactions (key, kind, project, subject, fingerprint, memo) "
-            "VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    return (await _record(conn, posting, fingerprint, replay=False, hold=False)).transaction_id
+
+
+def _in_one_statement(change: HoldChange | None) -> bool:
+    """Whether ledger_post makes ``change`` itself: none, or a plain move of the hold's amounts (a
+    capture). Anything more (create, settle, a cap, budgets, or any field added later) is
+    :func:`_change_hold`'s, in a transaction of its own."""
+    return change is None or change == HoldChange(
+        change.hold_id, held=change.held, captured=change.captured, released=change.released
+    )
+
+
+# ledger_post (migration 0008) refuses with check_violation / unique_violation errors named by a constraint.
+_POST = (
+    "SELECT transaction_id, replayed FROM ledger_post("
+    "$1, $2, $3, $4, $5, $6, $7::text[], $8::text[], $9::numeric[], $10::boolean[], "
+    "$11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+)
+
+
+async def _record(conn: Any, posting: Posting, fingerprint: str, *, replay: bool, hold: bool = True) -> Posted:
+    """Call ledger_post for ``posting`` (its hold change too when ``hold``: it must be plain, see
+    :func:`_in_one_statement`); with ``replay`` a key posted before is a replay, else a unique violation."""
+    change = posting.hold if hold else None
+    charge = posting.charge
+    try:
+        row = await conn.fetchrow(
+            _POST,
             posting.key,
             posting.kind,
             posting.project,
             posting.subject,
             fingerprint,
             posting.memo,
+            [e.owner for e in posting.entries],
+            [e.account for e in posting.entries],
+            [e.amount for e in posting.entries],
+            [(e.owner, e.account) in posting.non_negative for e in posting.entries],
+            change.hold_id if change is not None else None,
+            change.held if change is not None else None,
+            change.captured if change is not None else None,
+            change.released if change is not None else None,
+            charge.segment if charge is not None else None,
+            charge.seconds if charge is not None else None,
+            charge.rate_per_hour if charge is not None else None,
+            charge.amount if charge is not None else None,
+            charge.covered if charge is not None else None,
+            replay,
         )
-    )
-    await conn.executemany(
-        "INSERT INTO ledger_entries (transaction_id, account_id, amount) VALUES ($1, $2, $3)",
-        [(transaction_id, by_name[(e.owner, e.account)]["id"], e.amount) for e in posting.entries],
-    )
-    if posting.charge is not None:
-        c = posting.charge
-        await conn.execute(
-            "INSERT INTO charges (transaction_id, project, subject, segment, seconds, rate_per_hour, amount, covered) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            transaction_id,
-            posting.project,
-            posting.subject,
-            c.segment,
-            c.seconds,
-            c.rate_per_hour,
-            c.amount,
-            c.covered,
-        )
-    return transaction_id
+    except asyncpg.CheckViolationError as exc:
+        if exc.constraint_name == "ledger_overdrawn":
+            refused = json.loads(exc.detail)
+            raise Overdrawn(
+                refused["owner"], refused["account"], Decimal(refused["balance"]), Decimal(refused["change"])
+            ) from None
+        if exc.constraint_name == "ledger_hold_settled":
+            raise HoldSettled(exc.message) from None
+        raise
+    except asyncpg.UniqueViolationError as exc:
+        if exc.constraint_name == "ledger_key_reused":
+            raise KeyReused(exc.message) from None
+        raise
+    return Posted(int(row["transaction_id"]), replayed=bool(row["replayed"]))
 
 
 async def _change_hold(conn: Any, project: str, change: HoldChange) -> None:
     if change.cap is not None and change.held > 0:
         await _check_cap(conn, change)
+    if change.budgets is not None and change.held > 0:
+        from nodus.storage import budgets  # it builds on this module
+
+        await budgets.check(conn, project, change)
     if change.create:
         await conn.execute(
             "INSERT INTO holds (id, project, subject, amount) VALUES ($1, $2, $3, $4)",
@@ -349,6 +381,31 @@ async def charged(storage: Storage, subject_prefix: str) -> dict[str, Decimal]:
         name = f"covered:{row['segment']}" if row["covered"] else row["segment"]
         out[name] = out.get(name, Decimal(0)) + Decimal(row["amount"])
     return out
+
+
+@dataclass(frozen=True)
+class NumberedCharges:
+    """The charges of one segment of a subject keyed ``<prefix>:<n>`` (storage by the hour): how many,
+    their sum, and the highest ``n`` (None: none yet)."""
+
+    count: int
+    amount: Decimal
+    last: int | None
+
+
+async def numbered_charges(storage: Storage, subject: str, segment: str) -> NumberedCharges:
+    """The ``segment`` charges of ``subject`` whose keys end in ``:<n>``, with the highest ``n``."""
+    async with _connection(storage) as conn:
+        row = await conn.fetchrow(
+            "SELECT count(*) AS count, coalesce(sum(c.amount), 0) AS amount, "
+            "max((regexp_match(t.key, ':([0-9]{1,18})$'))[1]::bigint) AS last "
+            "FROM charges c JOIN ledger_transactions t ON t.id = c.transaction_id "
+            "WHERE c.subject = $1 AND c.segment = $2",
+            subject,
+            segment,
+        )
+    last = row["last"]
+    return NumberedCharges(int(row["count"]), Decimal(row["amount"]), int(last) if last is not None else None)
 
 
 @dataclass(frozen=True)

@@ -274,3 +274,63 @@ def test_the_catalog_given_is_the_one_checked() -> None:
     without_l4 = [a for a in accelerators.CATALOG if a.id != "l4-24g"]
     with pytest.raises(PriceBookError, match=r"accelerators\.l4-24g: unknown accelerator id"):
         pricebook.parse(SHIPPED, "test.yaml", without_l4)
+
+
+# --- storage ---------------------------------------------------------------------------------------
+
+STORAGE = 'storage: {rateUSDPerGiBMonth: "0.023", freePerJob: 10Gi}'
+
+
+def test_the_shipped_book_prices_storage_per_gib_month_above_a_free_inclusion(book: PriceBook) -> None:
+    assert book.storage == pricebook.StoragePrice(Decimal("0.023"), 10 * 2**30)
+    assert book.storage.wire(book.version) == {
+        "pricebookVersion": "2026-11",
+        "rateUSDPerGiBMonth": "0.023",
+        "freeBytes": 10 * 2**30,
+        "hoursPerMonth": 730,
+    }
+
+
+@pytest.mark.parametrize(
+    ("storage", "free"),
+    [
+        pytest.param('storage: {rateUSDPerGiBMonth: "7300", freePerJob: 256Ki}', 256 * 1024, id="kibibytes"),
+        pytest.param('storage: {rateUSDPerGiBMonth: "0.02", freePerJob: "0"}', 0, id="nothing-free"),
+        pytest.param('storage: {rateUSDPerGiBMonth: "0.02", freePerJob: 1G}', 10**9, id="decimal-unit"),
+    ],
+)
+def test_a_storage_price_may_have_any_inclusion(storage: str, free: int) -> None:
+    assert _parse(SHIPPED.replace(STORAGE, storage)).storage.free_bytes == free
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        pytest.param("", "storage: is required", id="missing"),
+        pytest.param(
+            "storage: {rateUSDPerGiBMonth: 0.023, freePerJob: 10Gi}",
+            "storage.rateUSDPerGiBMonth: must be a quoted decimal string",
+            id="float-rate",
+        ),
+        pytest.param(
+            'storage: {rateUSDPerGiBMonth: "0", freePerJob: 10Gi}',
+            "storage.rateUSDPerGiBMonth: must be greater than 0",
+            id="free-storage",
+        ),
+        pytest.param(
+            'storage: {rateUSDPerGiBMonth: "0.023", freePerJob: -1Gi}',
+            "storage.freePerJob: must be a whole number of bytes of at least 0",
+            id="negative-inclusion",
+        ),
+        pytest.param(
+            'storage: {rateUSDPerGiBMonth: "0.023", freePerJob: 10Gi, perFile: "1"}',
+            "storage.perFile: is not a price book field",
+            id="unknown-field",
+        ),
+    ],
+)
+def test_a_bad_storage_price_is_refused(storage: str, message: str) -> None:
+    assert STORAGE in SHIPPED
+    with pytest.raises(PriceBookError) as caught:
+        _parse(SHIPPED.replace(STORAGE, storage))
+    assert message in str(caught.value)

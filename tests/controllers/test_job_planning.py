@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nodus.apimachinery import units
+from nodus.apimachinery import units, workloads
 from nodus.controllers.jobs import planning, ranges
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -80,7 +80,11 @@ def test_a_pending_job_is_admitted_and_gets_its_first_attempt() -> None:
     assert names(decided.create) == ["train-0-1"]
     created = decided.create[0]
     assert created["metadata"]["ownerReferences"][0]["controller"] is True
-    assert created["metadata"]["labels"] == {"nodus.dev/job": "train", "nodus.dev/index": "0"}
+    assert created["metadata"]["labels"] == {
+        "nodus.dev/job": "train",
+        "nodus.dev/index": "0",
+        workloads.LABEL: workloads.signature(job["spec"]),
+    }
     assert created["spec"]["command"] == ["true"]
     assert "recorded, not pulled" in decided.status["conditions"][0]["message"]
 
@@ -288,3 +292,29 @@ def test_a_job_that_has_run_stays_running_between_indexes() -> None:
     assert decided.status["phase"] == "Running"
     lost = planning.plan(job, [make_attempt(0, 1, "Lost")], NOW)
     assert lost.status["phase"] == "Recovering"
+
+
+def test_a_running_attempt_whose_hold_cannot_be_extended_gives_the_job_its_stop_by_time() -> None:
+    edge = units.format_time(NOW + timedelta(minutes=4))
+    unfunded = make_attempt(
+        0,
+        1,
+        "Running",
+        startTime=units.format_time(NOW - timedelta(minutes=5)),
+        reason="InsufficientCredits",
+        message="the hold needs 1.00 USD but project p has 0.20 USD available",
+        stopByTime=edge,
+    )
+    decided = planning.plan(make_job("Running"), [unfunded], NOW)
+    assert decided.status["stopByTime"] == edge
+    funded = {c["type"]: c for c in decided.status["conditions"]}["Funded"]
+    assert funded["status"] == "False" and funded["reason"] == "InsufficientCredits"
+    assert edge in funded["message"] and decided.status["reason"] == "InsufficientCredits"
+
+    # Funds arrived: the billing controller cleared the wait; the edge and the condition go with it.
+    unfunded["status"].update(reason=None, message=None, stopByTime=None)
+    job = make_job("Running")
+    job["status"].update(stopByTime=edge, conditions=decided.status["conditions"])
+    again = planning.plan(job, [unfunded], NOW)
+    assert "stopByTime" not in again.status
+    assert {c["type"]: c for c in again.status["conditions"]}["Funded"]["status"] == "True"

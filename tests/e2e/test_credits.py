@@ -12,9 +12,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import make_project
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def project(admin: httpx.Client) -> str:
+    """A project without credit: these tests grant it themselves and check the exact figures."""
+    return make_project(
+        admin,
+        [{"name": "alice", "role": "Owner"}, {"name": "bob", "role": "Editor"}, {"name": "carol", "role": "Viewer"}],
+        credit=None,
+    )
 
 
 def credits_path(project: str) -> str:

@@ -41,6 +41,9 @@ TEST_FLAGS = (
     # Holds fund 8 s of running and are extended as Jobs run, so tests see extensions and caps bite.
     "--funded-window",
     "8s",
+    # A billed hour of storage lasts 2 s, so tests see a Job's storage charged hour after hour.
+    "--storage-charge-interval",
+    "2s",
 )
 
 

@@ -5,21 +5,38 @@ Controllers are API clients (they never touch the database), so money moves thro
 * ``GET /apis/nodus.dev/v1/namespaces/{project}/ledger/holds/{hold}``: the hold (``amountUSD``
   held now, ``capturedUSD``, ``releasedUSD``, ``settled``), what was charged on it per segment
   (``chargedUSD``; covered time under ``coveredUSD``), and the project's credits.
+* ``GET /apis/nodus.dev/v1/namespaces/{project}/ledger/budgets/{budget}``: the Budget's figures from the
+  ledger for its current period (``limitUSD``, ``periodStart``/``periodEnd``, ``spentUSD``,
+  ``heldUSD``, ``committedUSD``, ``remainingUSD``); the Budget controller copies them into its status.
+* ``GET /apis/nodus.dev/v1/namespaces/{project}/ledger/storage/{job uid}``: the storage price of this
+  server's price book (``price``: ``rateUSDPerGiBMonth``, ``freeBytes``, ``hoursPerMonth``,
+  ``pricebookVersion``), what the Job was charged for storage (``chargedUSD``, ``hours``, and
+  ``lastHour``, the highest hour charged, from the keys ``storage:<job uid>:<hour>``) and the
+  project's credits: all the storage billing controller needs (ADR 0023).
 * ``POST /apis/nodus.dev/v1/namespaces/{project}/ledger/postings`` with one operation::
 
-    {"operation": "Hold", "key": "...", "hold": "<id>", "subject": "<job uid>", "amountUSD": "1.5",
-     "capUSD": "20"}
-    {"operation": "Extend", "key": "...", "hold": "<id>", "amountUSD": "1.5", "capUSD": "20"}
+    {"operation": "Hold", "key": "...", "hold": "<id>", "subject": "<job uid>", "job": "<job name>",
+     "amountUSD": "1.5", "capUSD": "20"}
+    {"operation": "Extend", "key": "...", "hold": "<id>", "job": "<job name>", "amountUSD": "1.5", "capUSD": "20"}
     {"operation": "Capture", "key": "...", "hold": "<id>", "segment": "Running", "seconds": "61.5",
      "rateUSDPerHour": "2.5", "amountUSD": "0.042708"}
     {"operation": "Cover", ...the same fields as Capture...}
     {"operation": "Refund", ...the same fields as Capture: a charge given back...}
     {"operation": "Release", "key": "...", "hold": "<id>"}
+    {"operation": "Charge", "key": "storage:<job uid>:<hour>", "subject": "<job uid>", "segment": "Storage",
+     "seconds": "3600", "rateUSDPerHour": "0.009766", "amountUSD": "0.009766", "memo": "..."}
 
-  answers as the GET does. A replayed key changes nothing (200 with the state); a key reused with
-  other amounts is a 409; a hold that would overdraw the project's available credit, or a capture
-  beyond what the hold holds, is a 402-style ``InsufficientCredits`` Status with the amounts; a hold
+  answers as the GET of the hold does (a Charge: as the GET of the subject's storage does). A Charge is
+  post-paid, without a hold: straight from the project's available credit to revenue, never below zero
+  (``amountUSD`` must be ``rateUSDPerHour x seconds / 3600`` rounded half-up to the micro-dollar).
+
+  A replayed key changes nothing (200 with the state); a key reused with other amounts is a 409; a
+  hold or a Charge that would overdraw the project's available credit, or a capture beyond what the
+  hold holds, is a 402-style ``InsufficientCredits`` Status with the amounts; a hold
   that would take its subject (a Job) past ``capUSD`` (its ``maxCostUSD``) is a 402 ``MaxCostReached``.
+  With ``job``, the door reads the Job's labels and the project's Budgets: the hold is tagged with the
+  Budgets the Job matches and must fit each (a 402 ``BudgetExceeded`` naming the Budget otherwise).
+  Without it (an extension for time already billed) no Budget is checked and the tags stay.
 
 Only administrators (group ``system:masters``: the controllers) may call either.
 """
@@ -38,18 +55,23 @@ from starlette.responses import Response
 from nodus.api import credits
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
-from nodus.api.errors import APIError, bad_request, method_not_allowed
+from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id, respond
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
-from nodus.billing import ledger, money
+from nodus.apimachinery import units
+from nodus.billing import budgets, ledger, money
 from nodus.storage import ledger as tables
+from nodus.storage.budgets import BudgetExceeded, BudgetLimit
+from nodus.storage.errors import Key
 from nodus.storage.ledger import CapExceeded, Charge, HoldSettled, KeyReused, Overdrawn
 
 log = logging.getLogger(__name__)
 
 SEGMENTS = ("Boot", "Running", "Restore", "Teardown")
+# Post-paid segments, charged without a hold (operation Charge), and the key prefix of each.
+POST_PAID = {"Storage": "storage"}
 FIELD_MANAGER = "nodus-billing"
 _RESOURCE = "ledger"
 
@@ -76,6 +98,47 @@ async def hold_state(request: Request) -> Response:
     return respond(await _state(server, request.path_params["namespace"], request.path_params["hold"]))
 
 
+async def budget_state(request: Request) -> Response:
+    """``GET .../namespaces/{namespace}/ledger/budgets/{budget}``."""
+    server: APIServer = request.app.state.server
+    if request.method != "GET":
+        raise method_not_allowed(request.method.lower(), "ledger/budgets")
+    request.scope["state"]["metrics"] = ("get", "ledger/budgets")
+    _admin_only(server, request)
+    project, name = request.path_params["namespace"], request.path_params["budget"]
+    budget = await server.storage.get(Key(budgets.KIND, project, name))
+    if budget is None:
+        raise not_found("budgets", GROUP, name)
+    limit, figures = await budgets.standing(server.storage, budget, units.now())
+    room = budgets.room(limit, figures)
+    out: dict[str, Any] = {
+        "kind": "LedgerBudget",
+        "apiVersion": API_VERSION,
+        "project": project,
+        "budget": name,
+        "uid": limit.uid,
+        "period": str((budget.get("spec") or {}).get("period") or budgets.DEFAULT_PERIOD),
+        "limitUSD": money.text(limit.limit),
+        "spentUSD": money.text(figures.spent),
+        "heldUSD": money.text(figures.held),
+        "committedUSD": money.text(figures.committed),
+        "remainingUSD": money.text(room.remaining),
+    }
+    if limit.start is not None and limit.end is not None:
+        out.update(periodStart=units.format_time(limit.start), periodEnd=units.format_time(limit.end))
+    return respond(out)
+
+
+async def storage_state(request: Request) -> Response:
+    """``GET .../namespaces/{namespace}/ledger/storage/{subject}``."""
+    server: APIServer = request.app.state.server
+    if request.method != "GET":
+        raise method_not_allowed(request.method.lower(), "ledger/storage")
+    request.scope["state"]["metrics"] = ("get", "ledger/storage")
+    _admin_only(server, request)
+    return respond(await _storage(server, request.path_params["namespace"], request.path_params["subject"]))
+
+
 async def postings(request: Request) -> Response:
     """``POST .../namespaces/{namespace}/ledger/postings``."""
     server: APIServer = request.app.state.server
@@ -85,7 +148,9 @@ async def postings(request: Request) -> Response:
     principal = _admin_only(server, request)
     project = request.path_params["namespace"]
     body = _object(await request.body())
-    operation, key, hold_id = str(body.get("operation") or ""), _text(body, "key"), _text(body, "hold")
+    operation, key = str(body.get("operation") or ""), _text(body, "key")
+    hold_id = _text(body, "hold") if operation != "Charge" else ""
+    subject = _text(body, "subject") if operation == "Charge" else ""
     try:
         if operation in ("Hold", "Extend"):
             amount = _amount(body, "amountUSD")
@@ -99,6 +164,7 @@ async def postings(request: Request) -> Response:
                 subject=str(body.get("subject") or ""),
                 extend=operation == "Extend",
                 cap=cap,
+                budgets=await _budgets(server, project, body),
             )
         elif operation in ("Capture", "Cover", "Refund"):
             charge = _charge(body, covered=operation == "Cover")
@@ -110,9 +176,14 @@ async def postings(request: Request) -> Response:
                 await ledger.refund(server.storage, project, hold_id, charge, key)
         elif operation == "Release":
             await ledger.release(server.storage, project, hold_id, key)
+        elif operation == "Charge":
+            memo = body.get("memo")
+            if memo is not None and (not isinstance(memo, str) or len(memo) > 300):
+                raise bad_request("memo must be a string of at most 300 characters")
+            await ledger.charge(server.storage, project, subject, _post_paid(body), key, memo or "")
         else:
             raise bad_request(
-                f'operation must be Hold, Extend, Capture, Cover, Refund or Release, not "{operation}"',
+                f'operation must be Hold, Extend, Capture, Cover, Refund, Release or Charge, not "{operation}"',
                 fix="Send one of the operations listed in nodus/api/http/billing.py.",
             )
     except Overdrawn as exc:
@@ -126,6 +197,8 @@ async def postings(request: Request) -> Response:
             "the Job resumes by itself.",
             details={"name": project, "group": GROUP, "kind": "jobs"},
         ) from None
+    except BudgetExceeded as exc:
+        raise _over_budget(exc) from None
     except KeyReused as exc:
         raise APIError("Conflict", str(exc), fix="Use a new key for a new movement.") from None
     except HoldSettled as exc:
@@ -135,16 +208,33 @@ async def postings(request: Request) -> Response:
     # The Project's status.credits is a display copy of the ledger, brought up to date after each movement:
     # once the answer is sent, so that the copy's write is not on the critical path of a Job's start.
     ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
-    response = respond(await _state(server, project, hold_id), status=201)
+    state = await (_storage(server, project, subject) if operation == "Charge" else _state(server, project, hold_id))
+    response = respond(state, status=201)
     response.background = BackgroundTask(_show_credits, server, project, ctx)
     return response
 
 
+_COPY_TRIES = 5
+
+
 async def _show_credits(server: APIServer, project: str, ctx: RequestContext) -> None:
-    try:
-        await credits.show(server.stores["projects"], server.storage, project, ctx)
-    except Exception:  # the next movement writes it again; verify reports a copy that lags
-        log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
+    # Movements of one project at once race to write its copy, and the write that lands last may carry
+    # figures read before another movement (or be refused: too many concurrent writes). So each writer
+    # reads the ledger again after its write and writes again if it moved: whichever lands last, the
+    # copy ends equal to the ledger.
+    for _ in range(_COPY_TRIES):
+        try:
+            shown = await credits.show(server.stores["projects"], server.storage, project, ctx)
+            if await ledger.credits(server.storage, project) == shown:
+                return
+        except APIError as exc:
+            if exc.reason != "Conflict":
+                log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
+                return
+        except Exception:  # the next movement writes it again; verify reports a copy that lags
+            log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
+            return
+    log.warning("project %s: status.credits could not be brought up to date: too many concurrent writes", project)
 
 
 def _insufficient(project: str, exc: Overdrawn) -> APIError:
@@ -155,6 +245,41 @@ def _insufficient(project: str, exc: Overdrawn) -> APIError:
         fix=f"An administrator: nodus credits grant {project} AMOUNT (at least {money.text(need - exc.balance)} "
         "more), or lower what runs at once.",
         details={"name": project, "group": GROUP, "kind": "projects"},
+    )
+
+
+async def _budgets(server: APIServer, project: str, body: dict[str, Any]) -> tuple[BudgetLimit, ...] | None:
+    """The Budgets the posting's Job (``job``) matches now; None without ``job`` or when the Job is gone
+    (or is another Job of that name than the hold's ``subject``): then no Budget is checked."""
+    name = body.get("job")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name or len(name) > 253:
+        raise bad_request("job must be the name of the hold's Job, a non-empty string of at most 253 characters")
+    job = await server.storage.get(Key("Job", project, name))
+    subject = body.get("subject")
+    if job is None or (subject and job["metadata"].get("uid") != subject):
+        return None
+    labels = job["metadata"].get("labels") or {}
+    return budgets.matching(await budgets.of_project(server.storage, project), labels, units.now())
+
+
+def _over_budget(exc: BudgetExceeded) -> APIError:
+    budget, committed, change = exc.budget, exc.committed, exc.change
+    if budget.start is not None and budget.end is not None:
+        span = f"from {units.format_time(budget.start)} to {units.format_time(budget.end)}"
+        wait = f", wait for its period to end at {units.format_time(budget.end)}"
+    else:
+        span, wait = "in total", ""
+    needed = money.text(committed + change)
+    patch = f'{{"spec":{{"limitUSD":"{needed}"}}}}'
+    return APIError(
+        "BudgetExceeded",
+        f"Budget {budget.name} allows {money.text(budget.limit)} USD {span}; its Jobs have {money.text(committed)} "
+        f"USD charged and held, and this hold needs {money.text(change)} USD more",
+        fix=f"Raise spec.limitUSD of Budget {budget.name} to at least {needed} (kubectl patch budget {budget.name} "
+        f"--type merge -p '{patch}'){wait}, or lower the Job's parallelism; the Job resumes by itself.",
+        details={"name": budget.name, "group": GROUP, "kind": "budgets"},
     )
 
 
@@ -183,6 +308,28 @@ async def _state(server: APIServer, project: str, hold_id: str) -> dict[str, Any
             releasedUSD=money.text(hold.released),
             settled=hold.settled,
         )
+    return out
+
+
+async def _storage(server: APIServer, project: str, subject: str) -> dict[str, Any]:
+    charged = await tables.numbered_charges(server.storage, subject, "Storage")
+    figures = await ledger.credits(server.storage, project)
+    out: dict[str, Any] = {
+        "kind": "LedgerStorage",
+        "apiVersion": API_VERSION,
+        "project": project,
+        "subject": subject,
+        "price": server.price_book.storage.wire(server.price_book.version),
+        "chargedUSD": money.text(charged.amount),
+        "hours": charged.count,
+        "credits": {
+            "balanceUSD": money.text(figures["balance"]),
+            "heldUSD": money.text(figures["held"]),
+            "availableUSD": money.text(figures["available"]),
+        },
+    }
+    if charged.last is not None:
+        out["lastHour"] = charged.last
     return out
 
 
@@ -218,6 +365,23 @@ def _charge(body: dict[str, Any], *, covered: bool) -> Charge:
         amount=_amount(body, "amountUSD"),
         covered=covered,
     )
+
+
+def _post_paid(body: dict[str, Any]) -> Charge:
+    """A Charge's charge: a post-paid segment, keyed ``<prefix>:<subject>:<n>``, its amount exactly its
+    rate for its seconds (rounded half-up once, as every charge)."""
+    segment = str(body.get("segment") or "")
+    if segment not in POST_PAID:
+        raise bad_request(f"segment of a Charge must be one of {', '.join(POST_PAID)}, not {segment!r}")
+    prefix = f"{POST_PAID[segment]}:{body['subject']}:"
+    number = str(body["key"]).removeprefix(prefix)
+    if not str(body["key"]).startswith(prefix) or not (number.isascii() and number.isdigit()) or len(number) > 18:
+        raise bad_request(f"the key of a {segment} Charge must be {prefix}<n>, n a whole number, not {body['key']!r}")
+    seconds, rate, amount = _seconds(body.get("seconds")), _amount(body, "rateUSDPerHour"), _amount(body, "amountUSD")
+    if amount != money.charge(rate, seconds):
+        exact = money.text(money.charge(rate, seconds))
+        raise bad_request(f"amountUSD {money.text(amount)} is not rateUSDPerHour x seconds / 3600 = {exact}")
+    return Charge(segment=segment, seconds=seconds, rate_per_hour=rate, amount=amount)
 
 
 def _seconds(value: Any) -> Decimal:

@@ -53,6 +53,7 @@ def _context(request: Request, principal: Principal) -> RequestContext:
         request_id=request_id(request),
         field_manager=manager or "unknown",
         dry_run=bool(dry_run),
+        if_match=request.headers.get("if-match") if request.method == "POST" else None,
         field_validation=validation,  # type: ignore[arg-type]
     )
 
@@ -95,12 +96,13 @@ def _render(
     include: str = "Metadata",
 ) -> Response:
     warnings = ctx.warnings if ctx else None
+    headers = ctx.response_headers if ctx else None
     obj = served(info, obj)
     if representation == "table":
-        return respond(tables.table(info, [obj], include), status, warnings=warnings)  # type: ignore[arg-type]
+        return respond(tables.table(info, [obj], include), status, warnings=warnings, headers=headers)  # type: ignore[arg-type]
     if representation == "metadata":
-        return respond(tables.row_object(obj, "Metadata"), status, warnings=warnings)
-    return respond(obj, status, representation, warnings=warnings)
+        return respond(tables.row_object(obj, "Metadata"), status, warnings=warnings, headers=headers)
+    return respond(obj, status, representation, warnings=warnings, headers=headers)
 
 
 async def handle(request: Request) -> Response:

@@ -182,6 +182,11 @@ class AttemptStatus(JobModel):
     signal: int | None = Field(None, description="Signal is the signal that ended the program, if any.")
     source: SourceStatus | None = Field(None, description="Source is the code it checked out.")
     start_time: str | None = Field(None, description="StartTime is when the program started running.")
+    stop_by_time: str | None = Field(
+        None,
+        description="StopByTime is when a running attempt whose hold could not be extended stops for lack of "
+        "funds (its funded edge); absent while it is funded.",
+    )
     unit_metrics: UnitMetrics | None = Field(None, description="UnitMetrics summarize its per-unit timings.")
     volumes: list[VolumeStatus] | None = Field(None, description="Volumes are the revisions writable mounts wrote.")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodus.api.kinds.attempt import ATTEMPT
+from nodus.api.kinds.budget import BUDGET
 from nodus.api.kinds.connection import CONNECTION
 from nodus.api.kinds.job import JOB
 from nodus.api.kinds.lease import LEASE
@@ -25,4 +26,5 @@ def registry() -> Registry:
     kinds.register(VOLUME)
     kinds.register(SECRET)
     kinds.register(CONNECTION)
+    kinds.register(BUDGET)
     return kinds

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodus.apimachinery import statusreasons, units
+from nodus.apimachinery import estimates, statusreasons, units, workloads
 from nodus.controllers.jobs import conditions, pinning, ranges, reporting
 from nodus.controllers.jobs.slots import BOUND, Slots, phase
 
@@ -31,6 +31,8 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
 PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
+# Why an attempt waits unfunded (nodus.controllers.billing.WAITS).
+_WAITS_FOR_MONEY = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExceeded"})
 
 
 @dataclass
@@ -162,12 +164,20 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
 
 
 def _funding(status: Object, live: list[Object], now: datetime) -> None:
-    """DECISIONS 15: an attempt whose hold the project's credit or the Job's maxCostUSD cannot fund waits;
-    the Job says so (``Funded``)."""
-    waiting = [a for a in live if (a.get("status") or {}).get("reason") in ("InsufficientCredits", "MaxCostReached")]
+    """DECISIONS 15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
+    waits; the Job says so (``Funded``)."""
+    waiting = [a for a in live if (a.get("status") or {}).get("reason") in _WAITS_FOR_MONEY]
+    # Running attempts whose holds could not be extended stop at their funded edge: the earliest is the Job's.
+    edges = sorted(str(a["status"]["stopByTime"]) for a in waiting if (a.get("status") or {}).get("stopByTime"))
+    if edges:
+        status["stopByTime"] = edges[0]
+    else:
+        status.pop("stopByTime", None)
     if waiting:
         attempt_status = waiting[0].get("status") or {}
         reason, message = str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+        if edges:
+            message = f"{message}; running attempts stop at {edges[0]} unless funds are added"
         conditions.set(status, "Funded", "False", reason, message, now)
         _reason(status, reason, message)
     elif (conditions.get(status, "Funded") or {}).get("status") == "False":
@@ -368,13 +378,20 @@ def attempt_for(job: Object, index: int, number: int, pins: pinning.Pins | None 
     source = reporting.pinned_source(spec, job.get("status") or {})
     if source is not None:
         pinned["source"] = source
+    bound = estimates.bound_rate(job)
+    if bound is not None:
+        pinned["placement"] = estimates.capped_placement(pinned.get("placement") or {}, bound)
     return {
         "apiVersion": "nodus.dev/v1",
         "kind": "Attempt",
         "metadata": {
             "name": f"{meta['name']}-{index}-{number}",
             "namespace": meta["namespace"],
-            "labels": {"nodus.dev/job": meta["name"], "nodus.dev/index": str(index)},
+            "labels": {
+                "nodus.dev/job": meta["name"],
+                "nodus.dev/index": str(index),
+                workloads.LABEL: workloads.signature(spec),
+            },
             "ownerReferences": [
                 {
                     "apiVersion": "nodus.dev/v1",

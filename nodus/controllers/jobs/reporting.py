@@ -5,7 +5,8 @@ Agents report per attempt (``status.outputs``, ``inputs``, ``inputsReadyTime``, 
 reconcile, so it is always what the attempts say (level-triggered) and never needs its own history:
 
 * ``outputs``: the outputs of the attempt that succeeded, per index (an index succeeds once), with
-  their sink loads; ``storage.bytes`` is their total (checkpoints join it with recovery).
+  their sink loads and ``committedTime`` (the attempt's finish: storage is billed from then);
+  ``storage.bytes`` is their total (checkpoints join it with recovery).
 * ``inputs``: the admission pins, plus the digest the first attempt verified for a URL or bucket
   input declared without one, which then pins it for every later attempt.
 * ``source.commit``: the commit the first attempt resolved; later attempts check it out by sha.
@@ -15,7 +16,10 @@ reconcile, so it is always what the attempts say (level-triggered) and never nee
 * ``cost``: the sum of the attempts' ``status.cost`` (each a display copy of the ledger written by
   the billing controller): totals and segments add up, the rate is that of capacity still billing,
   the funded edge is the earliest of the live attempts', and it is ``final`` once every attempt's is
-  and none will start again (the Job is terminal).
+  and none will start again (the Job is terminal). Storage is charged by the storage billing
+  controller, which writes ``bySegment.storageUSD`` (a copy of the ledger) and ``storage.billedBytes``:
+  the total includes the former, kept as that controller wrote it, and the cost is not ``final``
+  while bytes are billed (ADR 0023).
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ def _outputs(status: Object, attempts: list[Object]) -> None:
     for attempt in attempts:
         if phase(attempt) != "Succeeded":
             continue
-        for output in (attempt.get("status") or {}).get("outputs") or []:
-            outputs.append({**output, "index": index_of(attempt)})
+        attempt_status = attempt.get("status") or {}
+        committed = {"committedTime": attempt_status["finishTime"]} if attempt_status.get("finishTime") else {}
+        for output in attempt_status.get("outputs") or []:
+            outputs.append({**output, **committed, "index": index_of(attempt)})
     if not outputs:
         return
     outputs.sort(key=lambda o: (o["index"], str(o.get("name")), int(o.get("rank") or 0)))
@@ -160,6 +166,11 @@ def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
         return
     total, held, rate = Decimal(0), Decimal(0), Decimal(0)
     segments: dict[str, Decimal] = {}
+    # The storage billing controller's copy of what storage was charged: kept, and part of the total.
+    stored = ((status.get("cost") or {}).get("bySegment") or {}).get("storageUSD")
+    if stored is not None:
+        segments["storageUSD"] = Decimal(str(stored))
+        total += segments["storageUSD"]
     covered: set[str] = set()
     funded: list[str] = []
     for cost in costs:
@@ -183,7 +194,10 @@ def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
     if limit is not None:
         shown["limitUSD"] = str(limit)
     billed = [a for a in attempts if (a.get("status") or {}).get("scheduledTime")]
-    shown["final"] = status.get("phase") in _TERMINAL_JOB and all(
-        ((a.get("status") or {}).get("cost") or {}).get("final") for a in billed
+    storing = int((status.get("storage") or {}).get("billedBytes") or 0) > 0
+    shown["final"] = (
+        status.get("phase") in _TERMINAL_JOB
+        and not storing
+        and all(((a.get("status") or {}).get("cost") or {}).get("final") for a in billed)
     )
     status["cost"] = shown

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,20 @@ class Running:
         return dict(self.wait_for(f"job {name} to reach {phases}", check, timeout))
 
 
+# Storage in the test cluster: 256 KiB free per Job (the other tests' outputs stay below it) and 10 USD per
+# GiB-hour, so that a Job keeping 1 MiB above the inclusion is charged a visible amount every (2 s) hour.
+SHIPPED_STORAGE = 'storage: {rateUSDPerGiBMonth: "0.023", freePerJob: 10Gi}'
+TEST_STORAGE = 'storage: {rateUSDPerGiBMonth: "7300", freePerJob: 256Ki}'
+STORAGE_FREE_BYTES = 256 * 1024
+
+
+def price_book_text() -> str:
+    """The shipped price book with the test cluster's storage price."""
+    shipped = resources.files("nodus.catalog").joinpath("pricebook.yaml").read_text(encoding="utf-8")
+    assert shipped.count(SHIPPED_STORAGE) == 1, "the shipped price book's storage line changed: update the tests"
+    return shipped.replace(SHIPPED_STORAGE, TEST_STORAGE)
+
+
 @pytest.fixture(scope="session")
 def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     url = asyncio.run(database.create_database(database_server))
@@ -102,7 +117,10 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
     directory = tmp_path_factory.mktemp("running")
     keys = directory / "secret-keys"
     Keyring.generate(keys)
-    extra = ("--watch-bookmark-interval", "1s", "--secret-key-file", str(keys))
+    book = directory / "pricebook.yaml"
+    book.write_text(price_book_text())
+    extra = ("--watch-bookmark-interval", "1s", "--secret-key-file", str(keys), "--funded-window", "8s")
+    extra += ("--price-book", str(book))
     cluster = clusters.start(directory, url, extra_args=extra, migrate=False)
     www = directory / "www"
     www.mkdir()

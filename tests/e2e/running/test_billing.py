@@ -93,9 +93,30 @@ def test_a_job_is_charged_exactly_for_the_time_it_billed(running: Running) -> No
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def first_hold(running: Running, project: str, **extra: Any) -> Decimal:
+    """The first hold of a cpu-8c-us Job, as the estimate quotes it (a dry run)."""
+    body = {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Job",
+        "metadata": {"name": "priced"},
+        "spec": {"image": "python:3.12-slim", "command": ["true"], "placement": {"offerings": ["cpu-8c-us"]}, **extra},
+    }
+    with running.client() as client:
+        answered = client.post(f"{API}/namespaces/{project}/jobs", params={"dryRun": "All"}, json=body)
+        assert answered.status_code == 201, answered.text
+        return Decimal(answered.json()["status"]["estimate"]["holdUSD"])
+
+
 def test_a_job_waits_for_credit_and_starts_once_it_is_granted(running: Running) -> None:
-    project = running.project(credit="0.000001")
-    create_job(running, project, "unfunded", "echo ran-once-funded")
+    # Credit for one and a half holds: the create is admitted (its first hold fits), index 0 runs and is
+    # charged a minute, and then index 1's hold no longer fits: it waits, without capacity, until a grant.
+    project = running.project(credit=None)
+    hold = first_hold(running, project)
+    with running.client() as client:
+        budget = str(hold * Decimal("1.5"))
+        granted = client.post(f"{API}/projects/{project}/credits", json={"amountUSD": budget, "key": "one-hold"})
+        assert granted.status_code == 201, granted.text
+    create_job(running, project, "unfunded", "echo ran-once-funded", completions=2)
 
     def waiting() -> dict[str, Any] | None:
         status = running.job(project, "unfunded")["status"]
@@ -103,25 +124,27 @@ def test_a_job_waits_for_credit_and_starts_once_it_is_granted(running: Running) 
 
     status = running.wait_for("the Job to wait for credit", waiting)
     assert {c["type"]: c["status"] for c in status["conditions"]}["Funded"] == "False"
-    assert "credits grant" in status["fix"] and "0.000001" in status["message"]
-    [attempt] = running.attempts(project, "unfunded")
-    assert not attempt["spec"].get("node")  # no capacity, nothing charged, while it waits
-    assert Decimal(credits(running, project)["availableUSD"]) == Decimal("0.000001")
+    assert "credits grant" in status["fix"] and "available" in status["message"]
+    waiters = [a for a in running.attempts(project, "unfunded") if a["status"].get("reason") == "InsufficientCredits"]
+    assert len(waiters) == 1 and not waiters[0]["spec"].get("node")  # no capacity, nothing charged, while it waits
+    assert Decimal(credits(running, project)["availableUSD"]) < hold
     with running.client() as client:
         granted = client.post(f"{API}/projects/{project}/credits", json={"amountUSD": "5", "key": "top-up"})
         assert granted.status_code == 201, granted.text
     done = running.wait_phase(project, "unfunded", "Succeeded", "Failed", timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert {c["type"]: c["status"] for c in done["status"]["conditions"]}["Funded"] == "True"
-    assert len(running.attempts(project, "unfunded")) == 1  # the same attempt waited, then ran
+    assert len(running.attempts(project, "unfunded")) == 2  # one per index: the one that waited then ran
     with running.client() as client:
         assert "ran-once-funded" in client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text
 
 
 def test_max_cost_holds_a_job_back_until_it_is_raised(running: Running) -> None:
     project = running.project(credit="10")
-    # 0.005 USD is less than the first hold of cpu-8c-us: 8 s (the tests' funded window) plus one minute.
-    create_job(running, project, "capped", "echo within-the-cap", maxCostUSD="0.005")
+    # The cap fits the first hold (8 s of the tests' funded window plus one minute) but not index 1's hold
+    # once index 0's minute is charged: index 1 waits for a higher cap.
+    cap = first_hold(running, project) + Decimal("0.0001")
+    create_job(running, project, "capped", "echo within-the-cap", maxCostUSD=str(cap), completions=2)
 
     def waiting() -> dict[str, Any] | None:
         status = running.job(project, "capped")["status"]
@@ -129,8 +152,8 @@ def test_max_cost_holds_a_job_back_until_it_is_raised(running: Running) -> None:
 
     status = running.wait_for("the Job to wait for a higher cap", waiting)
     assert {c["type"]: c["status"] for c in status["conditions"]}["Funded"] == "False"
-    assert "0.005" in status["message"] and "maxCostUSD" in status["fix"]
-    assert status["cost"]["limitUSD"] == "0.005"
+    assert "maxCostUSD" in status["fix"]
+    assert Decimal(status["cost"]["limitUSD"]) == cap
     with running.client() as client:
         response = client.patch(
             f"{API}/namespaces/{project}/jobs/capped",

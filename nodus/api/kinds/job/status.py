@@ -155,6 +155,11 @@ class SinkStatus(JobModel):
 class OutputStatus(JobModel):
     """OutputStatus is a committed output."""
 
+    committed_time: Time | None = Field(
+        None,
+        description="CommittedTime is when the output was committed (its attempt succeeded); its bytes are billed "
+        "as storage from then.",
+    )
     index: int | None = Field(None, ge=0, description="Index is the Job index that produced it.")
     name: str | None = Field(None, description="Name is the declared output.")
     path: str | None = Field(None, description="Path is where it was collected from.")
@@ -203,7 +208,11 @@ class SourceStatus(JobModel):
 class StorageStatus(JobModel):
     """StorageStatus is the bytes a Job owns."""
 
-    billed_bytes: int | None = Field(None, ge=0, description="BilledBytes is the share above the free inclusion.")
+    billed_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="BilledBytes is the share above the free inclusion, charged by the GiB-hour while the Job exists.",
+    )
     bytes: int | None = Field(None, ge=0, description="Bytes is checkpoints plus outputs.")
 
 

@@ -42,6 +42,12 @@ class CostSegments(JobModel):
     running_usd: Usd | None = Field(
         None, alias="runningUSD", description="RunningUSD is the charge while the program ran."
     )
+    storage_usd: Usd | None = Field(
+        None,
+        alias="storageUSD",
+        description="StorageUSD is the charge for storing the Job's bytes above the free inclusion, by the hour "
+        "while the Job exists (status.storage.billedBytes).",
+    )
     teardown_usd: Usd | None = Field(
         None,
         alias="teardownUSD",

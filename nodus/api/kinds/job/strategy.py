@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from nodus.api.kinds.job import aliases, defaults, notices, validation
 from nodus.api.strategy import Object, Strategy
-from nodus.apimachinery.fieldpath import FieldError
+from nodus.apimachinery import estimates, fieldpath
+from nodus.apimachinery.fieldpath import FieldError, Path
+
+_CEILING_PATH = Path("metadata", "annotations").key(estimates.RATE_CEILING)
 
 
 class JobStrategy(Strategy):
@@ -32,10 +35,23 @@ class JobStrategy(Strategy):
         defaults.apply_defaults(new.get("spec"))
 
     def validate(self, obj: Object) -> list[FieldError]:
-        return validation.validate_spec(obj)
+        problems = validation.validate_spec(obj)
+        if estimates.RATE_CEILING in ((obj.get("metadata") or {}).get("annotations") or {}):
+            problems.append(
+                fieldpath.forbidden(
+                    _CEILING_PATH, "is set by the server when a create is bound to an estimate (If-Match on its ETag)"
+                )
+            )
+        return problems
 
     def validate_update(self, new: Object, old: Object) -> list[FieldError]:
-        return validation.validate_spec_update(new, old)
+        problems = validation.validate_spec_update(new, old)
+        before = (old["metadata"].get("annotations") or {}).get(estimates.RATE_CEILING)
+        if (new["metadata"].get("annotations") or {}).get(estimates.RATE_CEILING) != before:
+            problems.append(
+                fieldpath.forbidden(_CEILING_PATH, "is the estimate the Job was bound to; it cannot change")
+            )
+        return problems
 
     def validate_status(self, obj: Object) -> list[FieldError]:
         return validation.validate_status(obj)

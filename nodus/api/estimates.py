@@ -1,0 +1,224 @@
+"""The Job's admission estimate: what the API server reads for it, and the ETag that binds a create.
+
+On every create of a Job (dry run or not) :meth:`JobEstimates.admit` reads the offerings, the idle
+hosts, the project's earlier runs of the same program, its available credit and its Budgets, and
+stores the estimate (:func:`nodus.billing.estimating.estimate`) in ``status.estimate``. A real create
+whose first hold cannot fit is refused with the first blocking reason as a 402-style Status naming the
+amounts and the fix; a dry run reports the reasons in the estimate instead (DECISIONS 21).
+
+The dry run's response carries an ETag: the estimate and the Job's spec, sealed with the server's
+secret keys (AES-GCM, so the server can trust what comes back and every API server holding the key
+file can read it). A create with that value in ``If-Match`` is *bound*: it stores that estimate, is
+admitted whatever ``validUntil`` says, and carries the annotation
+:data:`nodus.apimachinery.estimates.RATE_CEILING` so the scheduler never places it above the
+estimate's rate plus 10 %. A bound create of another spec, or a forged or unreadable value, is a 412.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+import zlib
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from nodus.api.context import RequestContext
+from nodus.api.errors import APIError
+from nodus.apimachinery import estimates, units, workloads
+from nodus.apimachinery.money import text
+from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
+from nodus.billing import budgets, estimating, ledger
+from nodus.scheduler.cycle import Binding
+from nodus.scheduler.snapshot import Host, Offering
+from nodus.storage.listing import ListQuery
+from nodus.storage.objects import Storage
+
+Object = dict[str, Any]
+_ASSOCIATED = b"nodus.dev/estimate-binding/v1"
+_HISTORY_ROWS = estimating.HISTORY_SAMPLES
+#: How stale the placement preview's view of offerings and hosts may be.
+CAPACITY_TTL = 2.0
+_PLACEMENTS_KEPT = 256
+# Blocking reasons a real create answers with, in this order (the first that applies).
+_REFUSALS = ("MaxCostBelowHold", "InsufficientCredits", "BudgetExceeded")
+
+
+class JobEstimates:
+    """The estimate step of Job creation, for one API server."""
+
+    def __init__(
+        self, storage: Storage, pricebook_version: str, funded_window: timedelta, keyring: Keyring | None
+    ) -> None:
+        self._storage = storage
+        self._pricebook_version = pricebook_version
+        self._funded_window = funded_window
+        self._keyring = keyring
+        self._capacity_cache: tuple[float, list[Offering], list[Host]] | None = None
+        self._placements: dict[bytes, tuple[Binding | None, str]] = {}
+
+    async def admit(self, job: Object, ctx: RequestContext) -> None:
+        """Put the estimate into ``job["status"]``; refuse a real create that cannot fund its first hold.
+
+        With ``ctx.if_match`` the create is bound to that dry run's estimate (a 412 if it does not
+        belong to this spec); a dry run answers its ETag in ``ctx.response_headers``."""
+        namespace = str(job["metadata"]["namespace"])
+        now = units.now()
+        bound = self._unseal(ctx.if_match, namespace, job) if ctx.if_match else None
+        inputs = await self._inputs(job, now)
+        estimate = estimating.estimate(inputs, self._place)
+        if bound is not None:
+            # The bound estimate is the one stored; money is checked against the funds of now.
+            first_hold = Decimal(str(bound.get("holdUSD") or "0"))
+            bound["blockingReasons"] = estimating.blocking(inputs, first_hold) or None
+            estimate = {k: v for k, v in bound.items() if v is not None}
+            rate = bound.get("rateUSDPerHour")
+            if rate is not None:
+                annotations = job["metadata"].setdefault("annotations", {})
+                annotations[estimates.RATE_CEILING] = text(estimates.ceiling(Decimal(str(rate))))
+        job.setdefault("status", {})["estimate"] = estimate
+        if ctx.dry_run:
+            if self._keyring is not None:
+                ctx.response_headers["ETag"] = f'"{self._seal(namespace, job, estimate)}"'
+            return
+        for code in _REFUSALS:
+            for reason in estimate.get("blockingReasons") or []:
+                if reason["code"] == code:
+                    raise APIError(
+                        code,
+                        f'jobs.nodus.dev "{job["metadata"].get("name", "")}" cannot be created: {reason["message"]}',
+                        fix=reason["fix"],
+                        details={"name": job["metadata"].get("name", ""), "group": "nodus.dev", "kind": "jobs"},
+                    )
+
+    def _place(self, inputs: estimating.Inputs, duration: Decimal) -> tuple[Binding | None, str]:
+        """The scheduler's placement for the Job's shape, memoised for as long as the capacity view lives
+        (a burst of creates of one shape runs the cycle once)."""
+        spec = inputs.job.get("spec") or {}
+        shape = orjson.dumps([spec.get("resources"), spec.get("placement"), str(duration)], option=orjson.OPT_SORT_KEYS)
+        placed = self._placements.get(shape)
+        if placed is None:
+            if len(self._placements) >= _PLACEMENTS_KEPT:
+                self._placements.clear()
+            placed = self._placements[shape] = estimating.placement(inputs, duration)
+        return placed
+
+    async def _inputs(self, job: Object, now: datetime) -> estimating.Inputs:
+        namespace = str(job["metadata"]["namespace"])
+        offerings, hosts = await self._capacity()
+        # One after another on purpose: under a burst of creates, three connections per create at once
+        # would only queue on the pool.
+        figures = await ledger.credits(self._storage, namespace)
+        history = await self._history(namespace, workloads.signature(job.get("spec") or {}))
+        rooms = await self._budgets(namespace, job, now)
+        return estimating.Inputs(
+            job=job,
+            offerings=offerings,
+            hosts=hosts,
+            history=history,
+            available=figures["available"],
+            budgets=rooms,
+            pricebook_version=self._pricebook_version,
+            funded_window=self._funded_window,
+            now=now,
+        )
+
+    async def _capacity(self) -> tuple[list[Offering], list[Host]]:
+        """The offerings and hosts, parsed; read at most once per :data:`CAPACITY_TTL` (creates come in
+        bursts, and 140 offerings are the largest read of a create). Money is never cached."""
+        clock = time.monotonic()
+        if self._capacity_cache is None or clock - self._capacity_cache[0] > CAPACITY_TTL:
+            offerings = [Offering.from_object(o) for o in await self._list(ListQuery(kind="Offering"))]
+            hosts = [
+                Host.from_object(node, busy=not (node.get("status") or {}).get("idleSince"))
+                for node in await self._list(ListQuery(kind="Node"))
+            ]
+            self._capacity_cache = (clock, offerings, hosts)
+            self._placements.clear()
+        return self._capacity_cache[1], self._capacity_cache[2]
+
+    async def _history(self, namespace: str, signature: str) -> list[estimating.Run]:
+        """The project's succeeded Attempts of the same program (labelled by the Job controller)."""
+        found = await self._storage.newest_labelled(
+            "Attempt", namespace, {workloads.LABEL: signature}, "Succeeded", _HISTORY_ROWS
+        )
+        runs = []
+        for attempt in found:
+            status = attempt.get("status") or {}
+            capacity = units.time_or_none(status.get("provisioningTime") or status.get("scheduledTime"))
+            started, finished = (
+                units.time_or_none(status.get("startTime")),
+                units.time_or_none(status.get("finishTime")),
+            )
+            if capacity is None or started is None or finished is None:
+                continue
+            runs.append(
+                estimating.Run(
+                    boot=_seconds(started - capacity),
+                    running=_seconds(finished - started),
+                    warm=bool((status.get("placement") or {}).get("warmReuse")),
+                    finished=finished,
+                )
+            )
+        return runs
+
+    async def _budgets(self, namespace: str, job: Object, now: datetime) -> list[estimating.Room]:
+        labels = job["metadata"].get("labels") or {}
+        return [
+            estimating.Room(room.name, room.limit, room.remaining)
+            for room in await budgets.rooms(self._storage, namespace, labels, now)
+        ]
+
+    async def _list(self, query: ListQuery) -> list[Object]:
+        async with self._storage.open_list(query) as cursor:
+            return [orjson.loads(body) async for batch in cursor.batches() for _, _, body in batch]
+
+    # --- the ETag --------------------------------------------------------------------------------
+
+    def _seal(self, namespace: str, job: Object, estimate: Object) -> str:
+        assert self._keyring is not None
+        payload = orjson.dumps({"namespace": namespace, "spec": job.get("spec") or {}, "estimate": estimate})
+        sealed = self._keyring.seal(zlib.compress(payload, 9), _ASSOCIATED)
+        parts = (sealed.key_id, sealed.nonce_b64, sealed.ciphertext_b64)
+        return ".".join(base64.urlsafe_b64encode(p.encode()).decode().rstrip("=") for p in parts)
+
+    def _unseal(self, value: str, namespace: str, job: Object) -> Object:
+        if self._keyring is None:
+            raise APIError(
+                "ServiceUnavailable",
+                "this API server cannot read estimate ETags: it was started without --secret-key-file",
+                fix="Start the API servers with the same --secret-key-file, or create without If-Match.",
+            )
+        token = value.strip()
+        token = token[2:] if token.startswith("W/") else token
+        try:
+            key_id, nonce, ciphertext = (_unpad(part) for part in token.strip('"').split("."))
+            payload = orjson.loads(zlib.decompress(self._keyring.open(Sealed(key_id, nonce, ciphertext), _ASSOCIATED)))
+        except (ValueError, OpenError, zlib.error, binascii.Error, orjson.JSONDecodeError):
+            raise _mismatch("If-Match is not the ETag of an estimate from this cluster") from None
+        if payload.get("namespace") != namespace or payload.get("spec") != (job.get("spec") or {}):
+            raise _mismatch("If-Match is the ETag of an estimate of another Job spec or project")
+        estimate = payload.get("estimate")
+        if not isinstance(estimate, dict):
+            raise _mismatch("If-Match is not the ETag of an estimate from this cluster")
+        return estimate
+
+
+def _mismatch(message: str) -> APIError:
+    return APIError(
+        "EstimateMismatch",
+        message,
+        fix="Send the ETag of a dry run (?dryRun=All) of exactly this Job spec in this project, or create without "
+        "If-Match.",
+    )
+
+
+def _unpad(part: str) -> str:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode()
+
+
+def _seconds(delta: timedelta) -> Decimal:
+    return max(Decimal(str(delta.total_seconds())), Decimal(0))

@@ -1,0 +1,111 @@
+"""``nodus estimate -f job.yaml``: what a Job will cost before it runs, as a readable table.
+
+It sends the Job as a dry run (``POST ...?dryRun=All``: nothing is stored) and prints
+``status.estimate``: the cost and overhead bands, the rate and holds, the placement preview, startup
+bands, warnings and blocking reasons with their fix. ``-o yaml|json`` prints the estimate as data, with
+its ETag. ``--create`` then creates the Job bound to the estimate it printed (``If-Match``: admitted
+even after ``validUntil``, never placed above the rate plus 10 %); it is refused if the estimate has
+blocking reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodus.cli.processes import kubeconfig_path
+
+
+def add_estimate_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--filename", required=True, help="the Job manifest (YAML or JSON; - for stdin)")
+    parser.add_argument("-n", "--namespace", "--project", dest="project", help="the project (default: kubeconfig's)")
+    parser.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table")
+    parser.add_argument(
+        "--create", action="store_true", help="then create the Job bound to this estimate (If-Match on its ETag)"
+    )
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
+
+
+def estimate(args: argparse.Namespace) -> None:
+    from nodus.client import Client, ClientConfig, errors
+
+    text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+    job = yaml.safe_load(text)
+    if not isinstance(job, dict) or job.get("kind") not in (None, "Job"):
+        raise SystemExit(f"{args.filename}: expected one Job manifest")
+    config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
+    project = str(args.project or (job.get("metadata") or {}).get("namespace") or config.namespace or "default")
+    path = f"/apis/nodus.dev/v1/namespaces/{project}/jobs"
+
+    async def main() -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
+        async with Client(config, user_agent="nodus-cli") as client:
+            try:
+                answered = await client.request("POST", path, params={"dryRun": "All"}, json=job)
+                etag = answered.headers.get("etag")
+                created = None
+                if args.create:
+                    headers = {"If-Match": etag} if etag else {}
+                    created = (await client.request("POST", path, json=job, headers=headers)).json()
+                return answered.json(), etag, created
+            except errors.APIError as exc:
+                raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
+
+    answered, etag, created = asyncio.run(main())
+    figures = (answered.get("status") or {}).get("estimate") or {}
+    name = (answered.get("metadata") or {}).get("name") or "(generated)"
+    if args.output == "json":
+        print(json.dumps({"job": name, "project": project, "etag": etag, "estimate": figures}, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump({"job": name, "project": project, "etag": etag, "estimate": figures}, sort_keys=False))
+    else:
+        print(render(name, project, figures))
+    if created is not None:
+        print(f"job/{created['metadata']['name']} created, bound to this estimate", file=sys.stderr)
+
+
+def render(name: str, project: str, estimate: dict[str, Any]) -> str:
+    """The estimate as a table for people (every field; the placement explanation last)."""
+    rows: list[tuple[str, str]] = [("Job", f"{project}/{name}")]
+
+    def band(key: str) -> str:
+        value = estimate.get(key) or {}
+        return f"{value.get('p50', '-')} (P50)  {value.get('p90', '-')} (P90)"
+
+    if "costUSD" in estimate:
+        rows += [("Cost USD", band("costUSD")), ("Overhead USD", band("overheadUSD"))]
+        rows += [
+            ("Rate USD/h", str(estimate.get("rateUSDPerHour"))),
+            ("First hold USD", str(estimate.get("holdUSD"))),
+            ("Concurrent hold USD", str(estimate.get("concurrentHoldUSD"))),
+            ("Minimum charge USD", str(estimate.get("minimumChargeUSD"))),
+        ]
+        for key, label in (("gangHoldUSD", "Gang hold USD"), ("assemblyBoundUSD", "Assembly bound USD")):
+            if key in estimate:
+                rows.append((label, str(estimate[key])))
+        if "topology" in estimate:
+            rows.append(("Topology", str(estimate["topology"])))
+    preview = estimate.get("placementPreview") or {}
+    if preview:
+        kind = "interruptible" if preview.get("interruptible") else "on-demand"
+        start = "warm (reuses an idle host)" if preview.get("warmReuse") else "cold"
+        rows.append(("Placement", f"{preview.get('offering')} ({preview.get('regionClass')}, {kind}, {start})"))
+    for kind in ("cold", "warm"):
+        startup = (estimate.get("startup") or {}).get(kind)
+        if startup:
+            rows.append((f"Startup {kind}", f"{startup['p50']} (P50)  {startup['p90']} (P90)"))
+    rows += [("Price book", str(estimate.get("pricebookVersion"))), ("Valid until", str(estimate.get("validUntil")))]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
+    for reason in estimate.get("blockingReasons") or []:
+        lines += [f"BLOCKED {reason['code']}: {reason['message']}", f"  fix: {reason['fix']}"]
+    for warning in estimate.get("warnings") or []:
+        lines.append(f"warning {warning['code']}: {warning['message']}")
+    if preview.get("explain"):
+        lines += ["", "Placement explained:", *("  " + line for line in str(preview["explain"]).splitlines())]
+    return "\n".join(lines)

@@ -5,8 +5,9 @@ in ``nodus.storage.ledger`` (entries sum to zero, balances equal their entries, 
 below zero, holds add up and settle once, held credit equals the open holds) and in
 ``nodus.storage.budgets`` (no Budget has more committed in its current period than its limit: a
 limit lowered below what is committed shows here too); here are the display copies: every
-Project's ``status.credits`` must show what the ledger says (a copy may lag a moment after a
-movement; verify reads both, so run it on a quiet system or run it twice).
+Project's ``status.credits`` and every final Attempt's ``status.cost`` must show what the ledger
+says (a copy may lag a moment after a movement; verify reads both, so run it on a quiet system or
+run it twice).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decimal import Decimal
 
 from nodus.apimachinery import units
 from nodus.billing import budgets, ledger, money
+from nodus.storage import copies
 from nodus.storage import ledger as tables
 from nodus.storage.ledger import Breach, StatementLine
 from nodus.storage.objects import Storage
@@ -40,9 +42,35 @@ async def verify(url: str) -> list[Breach]:
                             f"{money.text(figures[name])}",
                         )
                     )
+        found += await _attempt_copies(storage)
         return found
     finally:
         await storage.stop()
+
+
+SEGMENTS = ("Boot", "Running", "Restore", "Teardown")
+
+
+async def _attempt_copies(storage: Storage) -> list[Breach]:
+    """Every final Attempt's ``status.cost`` equals its charges in the ledger, in total and per segment."""
+    found = []
+    for copy in await copies.final_attempt_costs(storage):
+        shown = copy.cost.get("bySegment") or {}
+        pairs = [("totalUSD", str(copy.cost.get("totalUSD") or "0"), sum(copy.charged.values(), Decimal(0)))]
+        pairs += [
+            (f"bySegment.{s.lower()}USD", str(shown.get(f"{s.lower()}USD") or "0"), copy.charged.get(s, Decimal(0)))
+            for s in SEGMENTS
+        ]
+        for field, text, amount in pairs:
+            if Decimal(text) != amount:
+                found.append(
+                    Breach(
+                        "DisplayCopyEqualsLedger",
+                        f"attempt {copy.namespace}/{copy.name}: status.cost.{field} shows {text}, the ledger "
+                        f"{money.text(amount)}",
+                    )
+                )
+    return found
 
 
 async def statement(url: str, project: str, start: datetime, end: datetime) -> AsyncIterator[StatementLine]:

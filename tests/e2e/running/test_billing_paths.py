@@ -141,3 +141,23 @@ def test_every_path_is_charged_exactly(running: Running, path: Callable[[Running
     project = running.project(credit="10")
     name = path(running, project)
     check_exact(running, project, name, Decimal(10))
+
+
+def test_verify_catches_an_attempt_whose_cost_copy_differs_from_the_ledger(running: Running) -> None:
+    project = running.project(credit="10")
+    name = failure(running, project)
+    check_exact(running, project, name, Decimal(10))
+    attempt = running.attempts(project, name)[0]
+    meta, cost = attempt["metadata"], attempt["status"]["cost"]
+    path = f"/apis/nodus.dev/v1/namespaces/{project}/attempts/{meta['name']}/status"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    with running.client() as client:
+        tampered = client.patch(path, json={"status": {"cost": {"totalUSD": "9.99"}}}, headers=merge)
+        assert tampered.status_code == 200, tampered.text
+        caught = verify(running)
+        assert caught.returncode == 1
+        assert f"attempt {project}/{meta['name']}: status.cost.totalUSD shows 9.99" in caught.stdout + caught.stderr
+        restored = client.patch(path, json={"status": {"cost": {"totalUSD": cost["totalUSD"]}}}, headers=merge)
+        assert restored.status_code == 200, restored.text
+    checked = verify(running)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -6,14 +6,19 @@ One :func:`post` is one PostgreSQL transaction that, in this order:
 1. looks the idempotency key up: a posting already made with the same entries is a replay and
    changes nothing (:attr:`Posted.replayed`); the same key with other entries is refused
    (:class:`KeyReused`);
-2. creates the accounts it names if needed and locks them ``FOR UPDATE`` in id order (no deadlock
-   between two postings that touch the same accounts), then moves their balances;
-3. refuses a balance that would go below zero on an account that may not (:class:`Overdrawn`,
-   naming the account and the amounts);
-4. applies the hold change (create, add, capture, release; a hold is settled at most once,
-   :class:`HoldSettled`) and records the charge, if any;
-5. inserts the transaction and its entries. A deferred constraint trigger (migration 0006) refuses
-   the commit if the entries do not sum to zero.
+2. applies the hold change (create, add, capture, release; a hold is settled at most once,
+   :class:`HoldSettled`), after the cap and Budget checks and their advisory locks where it has them,
+   and records the charge, if any;
+3. creates the accounts it names if needed and locks them ``FOR NO KEY UPDATE`` in id order, last
+   (the hot rows are held only from there to the commit; no deadlock between two postings that touch
+   the same accounts), then moves their balances, refusing a balance that would go below zero on an
+   account that may not (:class:`Overdrawn`, naming the account and the amounts);
+4. inserts the transaction and its entries, after the account locks (their foreign-key checks would
+   otherwise queue on rows another posting holds). A deferred constraint trigger (migration 0006)
+   refuses the commit if the entries do not sum to zero.
+
+Steps 1-4 for a posting without a hold change other than a capture are one call of the server-side
+function ``ledger_post`` (migration 0008): one round trip (docs/benchmarks.md §6).
 
 Amounts are :class:`~decimal.Decimal` with at most six fractional digits (NUMERIC(24, 6)); rounding
 is the caller's, done once where a charge is computed.

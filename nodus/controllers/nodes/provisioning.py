@@ -123,18 +123,26 @@ class AttemptProvisioner:
                 "nodes", node_for(offering, self._provider, units.format_time(units.now()))
             )
             node_name = node["metadata"]["name"]
+        # Billing starts when capacity is assigned (not when the attempt was placed: it may have waited for
+        # its hold since). The time is written first and the node second: billing needs both, so a
+        # controller killed between the two writes leaves an attempt that bills nothing yet, and the retry
+        # writes a later time before assigning the node. (The other order could leave a node without a
+        # time, billed from scheduledTime, waiting for the hold included.)
+        # Both writes are conditional on the attempt as read, so a stop asked for meanwhile is never missed.
+        started = {
+            "metadata": {"resourceVersion": attempt["metadata"]["resourceVersion"]},
+            "status": {"provisioningTime": units.format_time(units.now())},
+        }
+        namespace = attempt["metadata"]["namespace"]
+        written = await self._client.patch("attempts", key[1], started, namespace, subresource="status")
         patch = {
             "metadata": {
-                "resourceVersion": attempt["metadata"]["resourceVersion"],
+                "resourceVersion": written["metadata"]["resourceVersion"],
                 "labels": {"nodus.dev/node": node_name},
             },
             "spec": {"node": node_name, "offering": placement["offering"]},
         }
-        await self._client.patch("attempts", key[1], patch, attempt["metadata"]["namespace"])
-        # Billing starts here, when capacity is assigned (not when the attempt was placed: it may have
-        # waited for its hold since).
-        started = {"status": {"provisioningTime": units.format_time(units.now())}}
-        await self._client.patch("attempts", key[1], started, attempt["metadata"]["namespace"], subresource="status")
+        await self._client.patch("attempts", key[1], patch, namespace)
         return None
 
     def _free(self, node_name: str, attempt: Object) -> bool:

@@ -314,6 +314,11 @@ class AttemptBilling:
     async def _keep_funded(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
         """Extend the hold by a window once less than half a window is left beyond what has accrued; when
         the project or the Job's cap cannot fund it, stop the attempt before the hold runs out."""
+        if not (attempt.get("spec") or {}).get("node"):
+            # No capacity yet: nothing accrues, so there is nothing to extend and nothing to stop. (Stopping
+            # it would only start a replacement that holds the same funds: with a window shorter than the
+            # stop margin, a loop.)
+            return ledger
         charged = sum((Decimal(str(v)) for v in (ledger.get("chargedUSD") or {}).values()), Decimal(0))
         accrued_open = sum(owed.amounts().values(), Decimal(0)) - charged
         left = Decimal(str(ledger.get("amountUSD") or "0")) - accrued_open

@@ -200,3 +200,26 @@ def test_a_running_job_that_reaches_its_cap_is_stopped_and_waits(running: Runnin
     running.wait_phase(project, "spender", "Cancelled")
     checked = verify(running)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_credit_for_exactly_one_hold_does_not_churn_attempts(running: Running) -> None:
+    # With the tests' 8 s window a hold is smaller than what a stop needs, so the first attempt is stopped
+    # for credit as soon as it bills. Its replacement and index 1 must wait, not loop through new attempts.
+    project = running.project(credit=None)
+    hold = first_hold(running, project)
+    with running.client() as client:
+        granted = client.post(f"{API}/projects/{project}/credits", json={"amountUSD": str(hold), "key": "exact"})
+        assert granted.status_code == 201, granted.text
+    create_job(running, project, "tight", "echo tight", completions=2)
+    running.wait_for(
+        "the Job to wait for credit",
+        lambda: running.job(project, "tight")["status"].get("reason") == "InsufficientCredits",
+    )
+    with running.client() as client:
+        granted = client.post(f"{API}/projects/{project}/credits", json={"amountUSD": "5", "key": "more"})
+        assert granted.status_code == 201, granted.text
+    done = running.wait_phase(project, "tight", "Succeeded", "Failed", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert len(running.attempts(project, "tight")) <= 3  # at most one money stop, then one attempt per index
+    checked = verify(running)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

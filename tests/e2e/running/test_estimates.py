@@ -68,7 +68,8 @@ def test_a_create_bound_to_an_estimate_keeps_it_and_its_rate_ceiling(running: Ru
         )
         assert changed.status_code == 422
 
-    running.wait_phase(project, "bound", "Succeeded")
+    done = running.wait_phase(project, "bound", "Succeeded")
+    assert done["status"]["estimate"] == estimate  # the controllers keep the admission estimate
     (attempt,) = running.attempts(project, "bound")
     assert Decimal(attempt["spec"]["placement"]["maxRateUSDPerHour"]) == ceiling
     assert Decimal(attempt["status"]["placement"]["rateUSDPerHour"]) <= ceiling

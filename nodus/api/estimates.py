@@ -16,6 +16,7 @@ estimate's rate plus 10 %. A bound create of another spec, or a forged or unread
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import time
@@ -59,6 +60,7 @@ class JobEstimates:
         self._keyring = keyring
         self._capacity_cache: tuple[float, list[Offering], list[Host]] | None = None
         self._placements: dict[bytes, tuple[Binding | None, str]] = {}
+        self._capacity_refresh: asyncio.Future[tuple[list[Offering], list[Host]]] | None = None
 
     async def admit(self, job: Object, ctx: RequestContext) -> None:
         """Put the estimate into ``job["status"]``; refuse a real create that cannot fund its first hold.
@@ -128,17 +130,30 @@ class JobEstimates:
 
     async def _capacity(self) -> tuple[list[Offering], list[Host]]:
         """The offerings and hosts, parsed; read at most once per :data:`CAPACITY_TTL` (creates come in
-        bursts, and 140 offerings are the largest read of a create). Money is never cached."""
-        clock = time.monotonic()
-        if self._capacity_cache is None or clock - self._capacity_cache[0] > CAPACITY_TTL:
-            offerings = [Offering.from_object(o) for o in await self._list(ListQuery(kind="Offering"))]
-            hosts = [
-                Host.from_object(node, busy=not (node.get("status") or {}).get("idleSince"))
-                for node in await self._list(ListQuery(kind="Node"))
-            ]
-            self._capacity_cache = (clock, offerings, hosts)
-            self._placements.clear()
-        return self._capacity_cache[1], self._capacity_cache[2]
+        bursts, and 140 offerings are the largest read of a create). One read at a time: the creates
+        that find the view stale meanwhile use it as it is, so a burst never reads it once per create.
+        Money is never cached."""
+        cached = self._capacity_cache
+        if cached is not None and time.monotonic() - cached[0] <= CAPACITY_TTL:
+            return cached[1], cached[2]
+        if self._capacity_refresh is None or self._capacity_refresh.done():
+            self._capacity_refresh = asyncio.ensure_future(self._read_capacity())
+            # A failed read is retried by the next create; its error is not left unretrieved.
+            self._capacity_refresh.add_done_callback(lambda done: done.cancelled() or done.exception())
+        if cached is not None:
+            return cached[1], cached[2]
+        offerings, hosts = await asyncio.shield(self._capacity_refresh)
+        return offerings, hosts
+
+    async def _read_capacity(self) -> tuple[list[Offering], list[Host]]:
+        offerings = [Offering.from_object(o) for o in await self._list(ListQuery(kind="Offering"))]
+        hosts = [
+            Host.from_object(node, busy=not (node.get("status") or {}).get("idleSince"))
+            for node in await self._list(ListQuery(kind="Node"))
+        ]
+        self._capacity_cache = (time.monotonic(), offerings, hosts)
+        self._placements.clear()
+        return offerings, hosts
 
     async def _history(self, namespace: str, signature: str) -> list[estimating.Run]:
         """The project's succeeded Attempts of the same program (labelled by the Job controller)."""

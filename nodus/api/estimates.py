@@ -35,6 +35,7 @@ from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.billing import budgets, estimating, ledger
 from nodus.scheduler.cycle import Binding
 from nodus.scheduler.snapshot import Host, Offering
+from nodus.storage import admission
 from nodus.storage.listing import ListQuery
 from nodus.storage.objects import Storage
 
@@ -111,18 +112,18 @@ class JobEstimates:
     async def _inputs(self, job: Object, now: datetime) -> estimating.Inputs:
         namespace = str(job["metadata"]["namespace"])
         offerings, hosts = await self._capacity()
-        # One after another on purpose: under a burst of creates, three connections per create at once
-        # would only queue on the pool.
-        figures = await ledger.credits(self._storage, namespace)
-        history = await self._history(namespace, workloads.signature(job.get("spec") or {}))
-        rooms = await self._budgets(namespace, job, now)
+        # The credit, the Budgets and the history in one round trip (docs/benchmarks.md §1.1).
+        labels = {workloads.LABEL: workloads.signature(job.get("spec") or {})}
+        read = await admission.admission_reads(self._storage, namespace, labels, _HISTORY_ROWS)
+        job_labels = job["metadata"].get("labels") or {}
+        rooms = await budgets.rooms_among(self._storage, read.budgets, job_labels, now)
         return estimating.Inputs(
             job=job,
             offerings=offerings,
             hosts=hosts,
-            history=history,
-            available=figures["available"],
-            budgets=rooms,
+            history=_runs(read.history),
+            available=read.balances.get(ledger.AVAILABLE, Decimal(0)),
+            budgets=[estimating.Room(room.name, room.limit, room.remaining) for room in rooms],
             pricebook_version=self._pricebook_version,
             funded_window=self._funded_window,
             now=now,
@@ -154,38 +155,6 @@ class JobEstimates:
         self._capacity_cache = (time.monotonic(), offerings, hosts)
         self._placements.clear()
         return offerings, hosts
-
-    async def _history(self, namespace: str, signature: str) -> list[estimating.Run]:
-        """The project's succeeded Attempts of the same program (labelled by the Job controller)."""
-        found = await self._storage.newest_labelled(
-            "Attempt", namespace, {workloads.LABEL: signature}, "Succeeded", _HISTORY_ROWS
-        )
-        runs = []
-        for attempt in found:
-            status = attempt.get("status") or {}
-            capacity = units.time_or_none(status.get("provisioningTime") or status.get("scheduledTime"))
-            started, finished = (
-                units.time_or_none(status.get("startTime")),
-                units.time_or_none(status.get("finishTime")),
-            )
-            if capacity is None or started is None or finished is None:
-                continue
-            runs.append(
-                estimating.Run(
-                    boot=_seconds(started - capacity),
-                    running=_seconds(finished - started),
-                    warm=bool((status.get("placement") or {}).get("warmReuse")),
-                    finished=finished,
-                )
-            )
-        return runs
-
-    async def _budgets(self, namespace: str, job: Object, now: datetime) -> list[estimating.Room]:
-        labels = job["metadata"].get("labels") or {}
-        return [
-            estimating.Room(room.name, room.limit, room.remaining)
-            for room in await budgets.rooms(self._storage, namespace, labels, now)
-        ]
 
     async def _list(self, query: ListQuery) -> list[Object]:
         async with self._storage.open_list(query) as cursor:
@@ -220,6 +189,27 @@ class JobEstimates:
         if not isinstance(estimate, dict):
             raise _mismatch("If-Match is not the ETag of an estimate from this cluster")
         return estimate
+
+
+def _runs(attempts: list[Object]) -> list[estimating.Run]:
+    """The earlier runs of the program: each Succeeded Attempt's time from capacity to start, and running."""
+    runs = []
+    for attempt in attempts:
+        status = attempt.get("status") or {}
+        capacity = units.time_or_none(status.get("provisioningTime") or status.get("scheduledTime"))
+        started = units.time_or_none(status.get("startTime"))
+        finished = units.time_or_none(status.get("finishTime"))
+        if capacity is None or started is None or finished is None:
+            continue
+        runs.append(
+            estimating.Run(
+                boot=_seconds(started - capacity),
+                running=_seconds(finished - started),
+                warm=bool((status.get("placement") or {}).get("warmReuse")),
+                finished=finished,
+            )
+        )
+    return runs
 
 
 def _mismatch(message: str) -> APIError:

@@ -157,7 +157,15 @@ def room(limit: BudgetLimit, figures: Standing) -> Room:
 async def rooms(storage: Storage, namespace: str, job_labels: Mapping[str, str], now: datetime) -> list[Room]:
     """Every Budget of ``namespace`` that a Job with ``job_labels`` matches, with its figures at ``now``
     (by name). A hold for such a Job must fit the smallest ``remaining``."""
-    limits = matching(await of_project(storage, namespace), job_labels, now)
+    return await rooms_among(storage, await of_project(storage, namespace), job_labels, now)
+
+
+async def rooms_among(
+    storage: Storage, budgets: Iterable[Mapping[str, Any]], job_labels: Mapping[str, str], now: datetime
+) -> list[Room]:
+    """:func:`rooms` over ``budgets`` already read (the project's Budget objects): the ledger is read only
+    when one of them matches."""
+    limits = matching(budgets, job_labels, now)
     figures = await tables.standing(storage, limits)
     return [room(limit, figures[limit.uid]) for limit in limits]
 

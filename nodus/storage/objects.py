@@ -148,23 +148,6 @@ class Storage:
             )
         return [r["name"] for r in records]
 
-    async def newest_labelled(
-        self, kind: str, namespace: str, labels: dict[str, str], phase: str, limit: int
-    ) -> list[dict[str, Any]]:
-        """The ``limit`` most recently written objects of ``kind`` in ``namespace`` that carry every label
-        in ``labels`` and are in ``phase``: one statement on the labels index (no list snapshot)."""
-        async with self._connection() as conn:
-            bodies = await conn.fetch(
-                "SELECT body FROM objects WHERE kind = $1 AND namespace = $2 AND labels @> $3::jsonb AND phase = $4 "
-                "ORDER BY rv DESC LIMIT $5",
-                kind,
-                namespace,
-                orjson.dumps(labels).decode(),
-                phase,
-                limit,
-            )
-        return [orjson.loads(r["body"]) for r in bodies]
-
     async def namespaced_in(self, namespace: str, kinds: list[str]) -> list[dict[str, Any]]:
         async with self._connection() as conn:
             bodies = await conn.fetch(

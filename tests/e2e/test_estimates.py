@@ -149,3 +149,27 @@ def _seconds(duration: str) -> float:
     from nodus.apimachinery.units import parse_duration
 
     return parse_duration(duration).total_seconds()
+
+
+def test_a_matching_budget_without_room_blocks_the_create_and_others_do_not(
+    cluster: Cluster, admin: httpx.Client
+) -> None:
+    project = make_project(admin, MEMBERS, credit="100")
+    budget = {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Budget",
+        "metadata": {"name": "team-a"},
+        "spec": {"limitUSD": "0.000001", "period": "Total", "selector": {"matchLabels": {"team": "a"}}},
+    }
+    assert admin.post(f"{API}/namespaces/{project}/budgets", json=budget).status_code == 201
+    with cluster.client("alice") as alice:
+        team_a = job("team-a-job", expectedDuration="10m")
+        team_a["metadata"]["labels"] = {"team": "a"}
+        dry = alice.post(jobs(project), params={"dryRun": "All"}, json=team_a)
+        reasons = dry.json()["status"]["estimate"]["blockingReasons"]
+        assert [r["code"] for r in reasons] == ["BudgetExceeded"] and "Budget team-a" in reasons[0]["message"]
+        refused = alice.post(jobs(project), json=team_a)
+        assert refused.status_code == 402 and refused.json()["reason"] == "BudgetExceeded"
+        other = job("team-b-job", expectedDuration="10m")
+        other["metadata"]["labels"] = {"team": "b"}
+        assert alice.post(jobs(project), json=other).status_code == 201

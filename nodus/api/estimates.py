@@ -72,8 +72,9 @@ class JobEstimates:
         now = units.now()
         bound = self._unseal(ctx.if_match, namespace, job) if ctx.if_match else None
         inputs = await self._inputs(job, now)
-        estimate = estimating.estimate(inputs, self._place)
-        if bound is not None:
+        if bound is None:
+            estimate = estimating.estimate(inputs, self._place)
+        else:
             # The bound estimate is the one stored; money is checked against the funds of now.
             first_hold = Decimal(str(bound.get("holdUSD") or "0"))
             bound["blockingReasons"] = estimating.blocking(inputs, first_hold) or None

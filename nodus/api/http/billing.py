@@ -88,23 +88,25 @@ def _admin_only(server: APIServer, request: Request) -> Principal:
     return principal
 
 
-async def hold_state(request: Request) -> Response:
-    """``GET .../namespaces/{namespace}/ledger/holds/{hold}``."""
+def _admin_get(request: Request, resource: str) -> APIServer:
+    """The preamble of the door's reads: GET only, counted as ``get ledger/<resource>``, administrators only."""
     server: APIServer = request.app.state.server
     if request.method != "GET":
-        raise method_not_allowed(request.method.lower(), "ledger/holds")
-    request.scope["state"]["metrics"] = ("get", "ledger/holds")
+        raise method_not_allowed(request.method.lower(), f"ledger/{resource}")
+    request.scope["state"]["metrics"] = ("get", f"ledger/{resource}")
     _admin_only(server, request)
+    return server
+
+
+async def hold_state(request: Request) -> Response:
+    """``GET .../namespaces/{namespace}/ledger/holds/{hold}``."""
+    server = _admin_get(request, "holds")
     return respond(await _state(server, request.path_params["namespace"], request.path_params["hold"]))
 
 
 async def budget_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/budgets/{budget}``."""
-    server: APIServer = request.app.state.server
-    if request.method != "GET":
-        raise method_not_allowed(request.method.lower(), "ledger/budgets")
-    request.scope["state"]["metrics"] = ("get", "ledger/budgets")
-    _admin_only(server, request)
+    server = _admin_get(request, "budgets")
     project, name = request.path_params["namespace"], request.path_params["budget"]
     budget = await server.storage.get(Key(budgets.KIND, project, name))
     if budget is None:
@@ -131,11 +133,7 @@ async def budget_state(request: Request) -> Response:
 
 async def storage_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/storage/{subject}``."""
-    server: APIServer = request.app.state.server
-    if request.method != "GET":
-        raise method_not_allowed(request.method.lower(), "ledger/storage")
-    request.scope["state"]["metrics"] = ("get", "ledger/storage")
-    _admin_only(server, request)
+    server = _admin_get(request, "storage")
     return respond(await _storage(server, request.path_params["namespace"], request.path_params["subject"]))
 
 

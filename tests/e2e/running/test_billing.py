@@ -3,6 +3,8 @@ release the rest, and the ledger proves it; a project that cannot fund a hold ru
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 import sys
 from datetime import datetime
@@ -61,6 +63,21 @@ def verify(running: Running) -> subprocess.CompletedProcess[str]:
         env=env,
         check=False,
     )
+
+
+def statement(running: Running, project: str) -> list[dict[str, str]]:
+    """The project's statement lines (``nodus billing statement --csv``, a real CLI process), oldest first."""
+    env = {"NODUS_DATABASE_URL": running.cluster.database_url, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "nodus", "billing", "statement", project, "--csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return list(csv.DictReader(io.StringIO(result.stdout)))
 
 
 def test_a_job_is_charged_exactly_for_the_time_it_billed(running: Running) -> None:

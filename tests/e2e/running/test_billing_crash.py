@@ -10,11 +10,7 @@ charges 0, holds left open 0, and a balance of what was granted minus what was c
 
 from __future__ import annotations
 
-import csv
-import io
 import random
-import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -26,7 +22,7 @@ import pytest
 
 from nodus.apimachinery import money
 from tests.e2e.running.conftest import Running
-from tests.e2e.running.test_billing import verify
+from tests.e2e.running.test_billing import statement, verify
 from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create, shell
 from tests.support import controllers
@@ -58,20 +54,6 @@ def owed(attempt: dict[str, Any], restore: bool) -> dict[str, tuple[Decimal, Dec
     billed = max((((boot + ran) / INCREMENT).to_integral_value(rounding=ROUND_CEILING)) * INCREMENT, INCREMENT)
     seconds = {"Restore" if restore else "Boot": boot, "Running": ran, "Teardown": billed - boot - ran}
     return {segment: (s, money.charge(rate, s)) for segment, s in seconds.items()}
-
-
-def statement(running: Running, project: str) -> list[dict[str, str]]:
-    env = {"NODUS_DATABASE_URL": running.cluster.database_url, "PATH": "/usr/bin:/bin"}
-    result = subprocess.run(
-        [sys.executable, "-m", "nodus", "billing", "statement", project, "--csv"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return list(csv.DictReader(io.StringIO(result.stdout)))
 
 
 def get(running: Running, path: str) -> dict[str, Any]:

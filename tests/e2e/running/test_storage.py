@@ -4,10 +4,6 @@ an hour the project cannot pay waits, the outputs kept, until credit is granted.
 
 from __future__ import annotations
 
-import csv
-import io
-import subprocess
-import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -15,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.running.conftest import STORAGE_FREE_BYTES, Running
-from tests.e2e.running.test_billing import verify
+from tests.e2e.running.test_billing import statement, verify
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -52,18 +48,8 @@ def keep_a_file(running: Running, project: str, name: str) -> dict[str, Any]:
 
 
 def storage_lines(running: Running, project: str) -> list[dict[str, str]]:
-    """The project's statement lines for storage (``nodus billing statement --csv``), oldest first."""
-    env = {"NODUS_DATABASE_URL": running.cluster.database_url, "PATH": "/usr/bin:/bin"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "nodus", "billing", "statement", project, "--csv"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert listed.returncode == 0, listed.stderr
-    return [row for row in csv.DictReader(io.StringIO(listed.stdout)) if row["segment"] == "Storage"]
+    """The project's statement lines for storage, oldest first."""
+    return [row for row in statement(running, project) if row["segment"] == "Storage"]
 
 
 def assert_hours(lines: list[dict[str, str]], uid: str, amount: Decimal) -> None:

@@ -103,7 +103,9 @@ class GenericStore:
         name = str(obj["metadata"].get("name", ""))
         problems = objectmeta.validate_metadata(obj["metadata"], dns_label_names=self.info.dns_label_names)
         if subresource == "status":
-            problems += self.strategy.validate_status(obj)
+            problems += (
+                self.strategy.validate_status(obj) if old is None else self.strategy.validate_status_update(obj, old)
+            )
         elif old is None:
             problems += self.strategy.validate(obj)
         else:

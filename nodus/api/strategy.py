@@ -49,6 +49,10 @@ class Strategy:
         """Every problem with a status written through ``/status`` (the rest is the old object's)."""
         return []
 
+    def validate_status_update(self, new: Object, old: Object) -> list[FieldError]:
+        """Every problem with a ``/status`` write given what is stored: the status rules plus transitions."""
+        return self.validate_status(new)
+
     def spec_changed(self, new: Object, old: Object) -> bool:
         """Whether ``metadata.generation`` moves: only a change of the desired state counts."""
         return new.get("spec") != old.get("spec")

@@ -290,3 +290,35 @@ _add(
     "before its hold runs out (the Job's Funded condition is False). The message names the Budget, its limit, what "
     "is committed and what the hold needs; kubectl get budgets shows each Budget's figures.",
 )
+_add(
+    "Interrupted",
+    "The Job lost its capacity and spec.recovery.onInterruption is Fail.",
+    "Set spec.recovery.onInterruption: Resume (the default) to recover from lost capacity, or "
+    "spec.placement.interruptible: Never to avoid reclaimable hosts; then create the Job again.",
+    "With onInterruption: Fail a Job fails instead of starting a replacement when an attempt's capacity is "
+    "lost (preempted, a node lost, a boot failed). The message names the attempt and why it was lost.",
+)
+_add(
+    "SuspendFailed",
+    "A suspend could not checkpoint the Job, so it keeps running.",
+    "Read status.message for why the checkpoint failed (kubectl get attempts -l nodus.dev/job=JOB -o yaml shows "
+    "status.checkpoint.lastFailure); fix it, then set spec.state to Running and to Suspended again, or cancel.",
+    "Suspending a Checkpointed Job takes a checkpoint before stopping it. A checkpoint that fails is tried twice "
+    "more; after the third failure the Job keeps running (stopping it would lose its progress) with "
+    "status.suspendFailures counting the failures and the SuspendFailed condition True.",
+)
+_add(
+    "RestoreFailed",
+    "The attempt could not restore the Job's latest checkpoint.",
+    "Nothing, usually: a replacement tries again while spec.recovery.maxAttempts allows. If it keeps failing, "
+    "the message says which part is missing or damaged.",
+    "A replacement attempt restores the latest committed checkpoint before the program starts, checking every "
+    "part's SHA-256. When a part cannot be read or does not match, the attempt ends Lost with this reason.",
+)
+_add(
+    "CheckpointPathInvalid",
+    "A spec.recovery.checkpoint.paths entry is not on a directory that outlives the program.",
+    "Keep checkpoint paths under /nodus/state (the default), the working directory or a writable Volume.",
+    "Checkpoints copy the files under each path after the program wrote them; a path on the sandbox's own "
+    "filesystem (/tmp) disappears with the program and cannot be checkpointed.",
+)

@@ -12,7 +12,7 @@ The rules, per attempt (one allocation of capacity):
   (``status.placement.rateUSDPerHour``), and ends at its ``finishTime``. An attempt that never got
   capacity is never charged.
 * Segments: ``Boot`` from the start of billing to ``startTime`` (``Restore`` instead when the attempt
-  replaces one that lost its capacity), ``Running`` from ``startTime`` to ``finishTime``, and
+  restores a checkpoint or replaces one that lost its capacity), ``Running`` from ``startTime`` to ``finishTime``, and
   ``Teardown``: the rounding of the whole billed time up to the billing increment (60 s), charged
   once at the end. Each segment is charged ``rate x seconds / 3600`` rounded half-up to the
   micro-dollar (:func:`nodus.apimachinery.money.charge`, the ledger's own rule).
@@ -213,7 +213,7 @@ class AttemptBilling:
         if (status.get("cost") or {}).get("final"):
             return None
         now = units.now()
-        owed = bill(attempt, now, self._replaces_lost(attempt))
+        owed = bill(attempt, now, self._restores(attempt))
         if owed is None:
             return None
         owed = dataclasses.replace(owed, window=self._window)
@@ -253,8 +253,11 @@ class AttemptBilling:
         await self._write_cost(attempt, ledger, owed)
         return Result(requeue_after=self._interval)
 
-    def _replaces_lost(self, attempt: Object) -> bool:
+    def _restores(self, attempt: Object) -> bool:
+        """Its bring-up is a Restore: it restores a checkpoint, or replaces an attempt that lost its capacity."""
         spec = attempt.get("spec") or {}
+        if spec.get("restore"):
+            return True
         number = int(spec.get("number") or 1)
         if number <= 1:
             return False
@@ -335,8 +338,17 @@ class AttemptBilling:
             if exc.reason not in WAITS:
                 raise
             if left <= margin:
+                # DECISIONS 15: a Checkpointed Job's attempt checkpoints before it stops, but only while what is
+                # held lasts (the deadline: the end of the funded time); it resumes from there once funds allow.
                 log.info("attempt %s stops: %s", uid, exc.message)
-                await stop_attempt(self._client, attempt, exc.reason)
+                funded_end = units.now() + timedelta(seconds=float(max(left, Decimal(0)) / owed.rate * 3600))
+                await stop_attempt(
+                    self._client,
+                    attempt,
+                    exc.reason,
+                    checkpoint=_checkpointed(attempt),
+                    deadline=units.format_time(funded_end),
+                )
             else:
                 # It runs on what is held, and says until when: the Job shows Funded=False and stopByTime.
                 edge = units.now() + timedelta(seconds=float((left - margin) / owed.rate * 3600))
@@ -444,6 +456,11 @@ class AttemptBilling:
     async def _post(self, namespace: str, body: Object) -> Object:
         response = await self._client.request("POST", f"{API}/namespaces/{namespace}/ledger/postings", json=body)
         return dict(response.json())
+
+
+def _checkpointed(attempt: Object) -> bool:
+    recovery = (attempt.get("spec") or {}).get("recovery") or {}
+    return bool(recovery) and recovery.get("continuity", "Checkpointed") == "Checkpointed"
 
 
 def _without_nulls(value: Any) -> Any:

@@ -17,8 +17,9 @@ from typing import Literal
 from pydantic import Field
 
 from nodus.api.kinds.job.base import JobModel
+from nodus.api.kinds.job.scalars import Duration, Time
 from nodus.api.kinds.job.spec import EnvVar, InitCommand, Network, Sidecar
-from nodus.api.kinds.job.spec_capacity import Placement, Resources
+from nodus.api.kinds.job.spec_capacity import Placement, Recovery, Resources
 from nodus.api.kinds.job.spec_data import JobOutput
 from nodus.api.kinds.job.status import InputStatus, OutputStatus, Progress, SourceStatus, UnitMetrics, VolumeStatus
 from nodus.api.kinds.job.status_cost import Cost
@@ -38,6 +39,26 @@ class StopRequest(JobModel):
     grace_period_seconds: int = Field(30, ge=0, le=3600, description="GracePeriodSeconds is the wait before SIGKILL.")
     reason: str = Field(min_length=1, description="Reason is why it stops: Suspended, Cancelled, Deleted, Restart, ...")
     requested_time: str | None = Field(None, description="RequestedTime is when the stop was asked for.")
+    checkpoint: bool | None = Field(
+        None,
+        description="Checkpoint asks for a checkpoint before the stop (a suspend of a Checkpointed Job); a failed "
+        "one is retried twice, then the attempt keeps running and says so (status.checkpoint.stopFailures).",
+    )
+    deadline: Time | None = Field(
+        None, description="Deadline is when the attempt stops even without its checkpoint (a money-driven stop)."
+    )
+
+
+class CheckpointRef(JobModel):
+    """CheckpointRef names a committed checkpoint: its sequence number and its manifest blob."""
+
+    attempt: str | None = Field(None, description="Attempt is the attempt that committed it.")
+    manifest: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$", description="Manifest is the sha256:<hex> blob listing every part."
+    )
+    seq: int = Field(ge=1, description="Seq is its sequence number within the index.")
+    size: int | None = Field(None, ge=0, description="Size is its size in bytes.")
+    time: Time | None = Field(None, description="Time is when it committed.")
 
 
 class PinnedSecret(JobModel):
@@ -114,7 +135,15 @@ class AttemptSpec(JobModel):
 
     args: list[str] | None = Field(None, description="Args are the arguments to the command.")
     command: list[str] | None = Field(None, description="Command is the argv (the Job's command).")
+    checkpoint_request: str | None = Field(
+        None,
+        description="CheckpointRequest is the Job's nodus.dev/checkpoint-requested-at value the agent honours: a "
+        "new value takes a checkpoint now.",
+    )
     connections: list[PinnedConnection] | None = Field(None, description="Connections are the Job's, resolved.")
+    complete_by_time: Time | None = Field(
+        None, description="CompleteByTime is the Job's; the auto checkpoint interval shortens as it nears."
+    )
     env: list[EnvVar] | None = Field(None, description="Env is the Job's environment (Secret references, not values).")
     expected_duration: str | None = Field(None, description="ExpectedDuration is the Job's, for placement.")
     image: str | None = Field(None, description="Image is the Job's image reference, recorded.")
@@ -129,7 +158,19 @@ class AttemptSpec(JobModel):
     offering: str | None = Field(None, description="Offering is the offering its host provides.")
     outputs: list[JobOutput] | None = Field(None, description="Outputs are the Job's declared outputs.")
     placement: Placement | None = Field(None, description="Placement is the Job's placement, copied.")
+    recovery: Recovery | None = Field(
+        None, description="Recovery is the Job's recovery policy (interval follows edits of the Job)."
+    )
     resources: Resources | None = Field(None, description="Resources are the Job's resources, copied.")
+    restore: CheckpointRef | None = Field(
+        None, description="Restore is the checkpoint the agent restores before the program starts (Checkpointed)."
+    )
+    resume_cursor: str | None = Field(
+        None,
+        max_length=4096,
+        description="ResumeCursor is the last progress cursor of the index's earlier attempts (Restartable), given "
+        "to the program as NODUS_RESUME_CURSOR.",
+    )
     scaledown_window: str | None = Field(None, description="ScaledownWindow keeps the host warm after the Job ends.")
     secrets: list[PinnedSecret] | None = Field(None, description="Secrets are the pinned Secrets (never values).")
     sidecars: list[Sidecar] | None = Field(None, description="Sidecars are the Job's sidecars.")
@@ -159,9 +200,53 @@ class AttemptRuntime(JobModel):
     sandbox: str | None = Field(None, description="Sandbox is bubblewrap or unsandboxed.")
 
 
+class CheckpointFailure(JobModel):
+    """CheckpointFailure is the latest checkpoint that did not commit."""
+
+    message: str = Field(description="Message says what failed.")
+    reason: str = Field(description="Reason is a CamelCase code: CheckpointTooLarge, CheckpointUploadFailed, ...")
+    time: Time = Field(description="Time is when it failed.")
+
+
+class AttemptCheckpoint(JobModel):
+    """AttemptCheckpoint is the agent's account of this attempt's checkpoints: the latest committed one and how
+    the cadence runs. A checkpoint is committed when this status names its manifest."""
+
+    consistency: Literal["Application", "Crash"] | None = Field(
+        None,
+        description="Consistency is Application when the program acknowledged the request and Crash for a "
+        "snapshot taken with the program paused.",
+    )
+    failures: int | None = Field(None, ge=0, description="Failures counts checkpoints that failed in a row.")
+    handled_request: str | None = Field(
+        None, description="HandledRequest is the last spec.checkpointRequest a checkpoint was taken for."
+    )
+    interval: Duration | None = Field(None, description="Interval is the cadence in use.")
+    last_failure: CheckpointFailure | None = Field(None, description="LastFailure is the latest failed checkpoint.")
+    manifest: str | None = Field(
+        None, pattern=r"^sha256:[0-9a-f]{64}$", description="Manifest is the committed checkpoint's manifest blob."
+    )
+    pause_seconds: str | None = Field(
+        None, description="PauseSeconds is how long the program waited for the latest checkpoint (decimal)."
+    )
+    restored_from_seq: int | None = Field(
+        None, ge=1, description="RestoredFromSeq is the checkpoint this attempt restored before it started."
+    )
+    seq: int | None = Field(None, ge=1, description="Seq is the latest committed checkpoint's sequence number.")
+    size: int | None = Field(None, ge=0, description="Size is its size in bytes.")
+    stop_failures: int | None = Field(
+        None, ge=0, description="StopFailures counts failed checkpoints of the current stop request (at most 3)."
+    )
+    time: Time | None = Field(None, description="Time is when it committed.")
+    uploaded_bytes: int | None = Field(
+        None, ge=0, description="UploadedBytes is what the latest checkpoint sent (unchanged parts are not re-sent)."
+    )
+
+
 class AttemptStatus(JobModel):
     """AttemptStatus is what Nodus observed about one run."""
 
+    checkpoint: AttemptCheckpoint | None = Field(None, description="Checkpoint is the latest committed checkpoint.")
     cost: Cost | None = Field(None, description="Cost is a display copy of the ledger for this allocation.")
     exit_code: int | None = Field(None, description="ExitCode is the program's exit status.")
     finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
@@ -177,6 +262,9 @@ class AttemptStatus(JobModel):
     progress: Progress | None = Field(None, description="Progress is what the program reported.")
     provisioning_time: str | None = Field(None, description="ProvisioningTime is when capacity was assigned.")
     reason: str | None = Field(None, description="Reason is a CamelCase code for the phase.")
+    resume_cursor: str | None = Field(
+        None, max_length=4096, description="ResumeCursor is the program's last reported progress cursor."
+    )
     runtime: AttemptRuntime | None = Field(None, description="Runtime says how the command ran.")
     scheduled_time: str | None = Field(None, description="ScheduledTime is when the scheduler placed it.")
     signal: int | None = Field(None, description="Signal is the signal that ended the program, if any.")
@@ -213,6 +301,27 @@ class AttemptStrategy(Strategy):
     def validate_status(self, obj: Object) -> list[FieldError]:
         _, errors = validate_model(AttemptStatus, obj.get("status") or {}, Path("status"))
         return errors
+
+    def validate_status_update(self, new: Object, old: Object) -> list[FieldError]:
+        """An ended attempt's checkpoint is final: an agent cut off from the API server (its attempt already
+        marked Lost and replaced) must not commit a checkpoint the replacement never restored."""
+        errors = self.validate_status(new)
+        old_status, new_status = old.get("status") or {}, new.get("status") or {}
+        ended = old_status.get("phase") in TERMINAL_PHASES
+        if ended and _committed(new_status) != _committed(old_status):
+            errors.append(
+                fieldpath.invalid(
+                    Path("status", "checkpoint", "manifest"),
+                    _committed(new_status),
+                    f"the attempt has ended ({old_status.get('phase')}); a checkpoint can no longer be committed",
+                )
+            )
+        return errors
+
+
+def _committed(status: Object) -> object:
+    checkpoint = status.get("checkpoint") or {}
+    return checkpoint.get("manifest"), checkpoint.get("seq")
 
 
 def _node(obj: Object) -> str:

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import estimates, statusreasons, units, workloads
-from nodus.controllers.jobs import conditions, pinning, ranges, reporting
+from nodus.controllers.jobs import conditions, pinning, ranges, recovering, reporting
 from nodus.controllers.jobs.slots import BOUND, Slots, phase
 
 Object = dict[str, Any]
@@ -29,6 +29,8 @@ FINALIZER = "nodus.dev/stop-attempts"
 RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
+# A suspend's checkpoint is tried this many times (the first try and two retries) before the Job keeps running.
+SUSPEND_TRIES = 3
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
 PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
 # Why an attempt waits unfunded (nodus.controllers.billing.WAITS).
@@ -42,6 +44,10 @@ class Plan:
     status: Object
     create: list[Object] = field(default_factory=list)
     stop: list[tuple[Object, str]] = field(default_factory=list)
+    # The stops ask for a checkpoint first (a suspend or restart of a Checkpointed Job).
+    checkpoint_first: bool = False
+    # Merge patches of live attempts' specs: a requested checkpoint, an edited interval, a suspend withdrawn.
+    patch: list[tuple[Object, Object]] = field(default_factory=list)
     add_finalizer: bool = False
     remove_finalizer: bool = False
     delete_job: bool = False
@@ -73,10 +79,14 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
 
     _count(status, spec, slots)
     reporting.collect(status, spec, slots, now)
+    recovering.report(status, slots)
     if status.get("phase") in TERMINAL_PHASES:
         result.stop = [(a, str(status.get("reason") or "Superseded")) for a in live]
         result.remove_finalizer = has_finalizer and not live
         _ttl(result, spec, status, now)
+        retained_until = recovering.retention_end(spec, status)
+        if retained_until is not None and now < retained_until and status.get("checkpoint"):
+            result.wake_at(now, retained_until)  # the kept checkpoints leave status.storage then
         return result
 
     if status.get("phase", "Pending") == "Pending":
@@ -97,6 +107,7 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
     if requested and handled.get("restart") != requested:
         handled["restart"] = requested
         result.stop = [(a, "Restart") for a in live]
+        result.checkpoint_first = recovering.continuity(spec) == "Checkpointed"
         return result
     if not handled:
         status.pop("handledRequests")
@@ -114,8 +125,8 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
         result.wake_at(now, deadline)
 
     if state == "Suspended":
-        return _suspend(result, slots, now)
-    _resume(status, now)
+        return _suspend(result, spec, slots, now)
+    _resume(result, slots, now)
 
     queue_deadline = _queue_deadline(status, spec)
     if queue_deadline is not None:
@@ -137,11 +148,26 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
 
     completions = int(spec.get("completions", 1))
     max_lost = int((spec.get("recovery") or {}).get("maxAttempts", 3))
+    progress = recovering.min_progress(spec)
     for index in range(completions):
         slot = slots.slot(index)
-        if not slot.succeeded and not slot.live and slot.lost >= max_lost:
-            message = f"Index {index} lost its capacity {slot.lost} times; recovery.maxAttempts is {max_lost}."
+        lost = recovering.counted_losses(slot, progress)
+        if not slot.succeeded and not slot.live and lost >= max_lost:
+            threshold = (spec.get("recovery") or {}).get("minProgressDuration") or "2m"
+            message = (
+                f"Index {index} lost its capacity {lost} times before running {threshold}; "
+                f"recovery.maxAttempts is {max_lost}."
+            )
             return _finish(result, slots, now, "Failed", "RecoveryExhausted", message)
+    if (spec.get("recovery") or {}).get("onInterruption") == "Fail":
+        lost_attempt = recovering.interrupted(slots)
+        if lost_attempt is not None:
+            why = str((lost_attempt.get("status") or {}).get("reason") or "NodeLost")
+            message = (
+                f"Attempt {lost_attempt['metadata']['name']} lost its capacity ({why}) and "
+                "spec.recovery.onInterruption is Fail."
+            )
+            return _finish(result, slots, now, "Failed", "Interrupted", message)
 
     if len(slots.succeeded_indexes()) >= completions:
         return _finish(
@@ -157,7 +183,14 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
             _reason(status, pins.reason, pins.message)
             _derive_phase(status, slots, live, False)
             return result
-        result.create = [attempt_for(job, index, slots.slot(index).next_number, pins) for index in indexes]
+        result.create = [
+            attempt_for(job, index, slots.slot(index).next_number, pins, recovering.carried(spec, slots.slot(index)))
+            for index in indexes
+        ]
+    result.patch += recovering.requests(job, live)
+    if any(patch.get("checkpointRequest") for _, patch in result.patch):
+        handled["checkpoint"] = (meta.get("annotations") or {})[recovering.CHECKPOINT_ANNOTATION]
+        status["handledRequests"] = handled
     _derive_phase(status, slots, live, bool(result.create))
     _funding(status, live, now)
     return result
@@ -269,18 +302,55 @@ def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) ->
     status["timeoutTime"] = units.format_time(start + units.parse_duration(spec["timeout"]) + suspended)
 
 
-def _suspend(result: Plan, slots: Slots, now: datetime) -> Plan:
+def _suspend(result: Plan, spec: Object, slots: Slots, now: datetime) -> Plan:
+    """Stop every live attempt, a Checkpointed Job's with a checkpoint first. A checkpoint that fails is retried
+    twice; then the attempt keeps running and the Job says ``SuspendFailed`` (``suspendFailures``)."""
     status = result.status
     live = slots.live()
     result.stop = [(a, "Suspended") for a in live]
-    status["phase"] = "Suspending" if live else "Suspended"
+    result.checkpoint_first = recovering.continuity(spec) == "Checkpointed"
+    failures = max((_stop_failures(a) for a in live), default=0)
     if _suspended_since(status) is None:
         conditions.set(status, "Suspended", "True", "Suspended", "spec.state is Suspended.", now)
+    if failures:
+        status["suspendFailures"] = failures
+    if failures >= SUSPEND_TRIES:
+        status["phase"] = "Running"
+        message = (
+            f"The suspend's checkpoint failed {failures} times, so the Job keeps running: {_stop_failure_message(live)}"
+        )
+        conditions.set(status, "SuspendFailed", "True", "SuspendFailed", message, now)
+        _reason(status, "SuspendFailed", message)
+        return result
+    status["phase"] = "Suspending" if live else "Suspended"
     _reason(status, "Suspended", "The Job is suspended; set spec.state to Running to resume.")
     return result
 
 
-def _resume(status: Object, now: datetime) -> None:
+def _stop_failures(attempt: Object) -> int:
+    return int(((attempt.get("status") or {}).get("checkpoint") or {}).get("stopFailures") or 0)
+
+
+def _stop_failure_message(live: list[Object]) -> str:
+    for attempt in live:
+        failure = ((attempt.get("status") or {}).get("checkpoint") or {}).get("lastFailure") or {}
+        if failure.get("message"):
+            return str(failure["message"])
+    return "no checkpoint could be taken."
+
+
+def _resume(result: Plan, slots: Slots, now: datetime) -> None:
+    """``spec.state`` is Running: withdraw the stop of a suspend that has not stopped its attempt yet (its
+    checkpoint failed, or is still being taken), and close the suspended period."""
+    status = result.status
+    result.patch += [
+        (a, {"stop": None})
+        for a in slots.live()
+        if ((a.get("spec") or {}).get("stop") or {}).get("reason") == "Suspended"
+    ]
+    status.pop("suspendFailures", None)
+    if (conditions.get(status, "SuspendFailed") or {}).get("status") == "True":
+        conditions.set(status, "SuspendFailed", "False", "Resumed", "spec.state is Running.", now)
     since = _suspended_since(status)
     if since is None:
         return
@@ -363,13 +433,19 @@ _COPIED = (
     "sidecars",
     "network",
     "outputs",
+    "recovery",
+    "completeByTime",
 )
 
 
-def attempt_for(job: Object, index: int, number: int, pins: pinning.Pins | None = None) -> Object:
-    """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned."""
+def attempt_for(
+    job: Object, index: int, number: int, pins: pinning.Pins | None = None, carried: Object | None = None
+) -> Object:
+    """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned, and
+    what it starts from (``carried``: the checkpoint to restore or the progress cursor)."""
     meta, spec = job["metadata"], job.get("spec") or {}
     pinned = {key: spec[key] for key in _COPIED if spec.get(key) is not None}
+    pinned.update(carried or {})
     image = spec.get("image") or spec.get("imageRef")
     if image:
         pinned["image"] = image

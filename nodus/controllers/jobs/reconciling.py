@@ -77,7 +77,11 @@ class JobReconciler:
             with contextlib.suppress(errors.AlreadyExists):
                 await self._client.create("attempts", body, namespace)
         for attempt, reason in decided.stop:
-            await stop_attempt(self._client, attempt, reason)
+            await stop_attempt(self._client, attempt, reason, checkpoint=decided.checkpoint_first)
+        for attempt, spec_patch in decided.patch:
+            with contextlib.suppress(errors.NotFound):
+                meta = attempt["metadata"]
+                await self._client.patch("attempts", meta["name"], {"spec": spec_patch}, meta["namespace"])
         current = job
         if decided.status != (job.get("status") or {}):
             current = await self._client.update(
@@ -105,10 +109,17 @@ class JobReconciler:
 
 
 async def stop_attempt(
-    client: Client, attempt: Object, reason: str, grace_seconds: int = planning.STOP_GRACE_SECONDS
+    client: Client,
+    attempt: Object,
+    reason: str,
+    grace_seconds: int = planning.STOP_GRACE_SECONDS,
+    *,
+    checkpoint: bool = False,
+    deadline: str | None = None,
 ) -> None:
     """Ask an attempt to stop. One that no host has taken yet is simply marked Stopped; a host's
-    agent is asked through ``spec.stop`` and reports ``Stopped`` after SIGTERM (and SIGKILL)."""
+    agent is asked through ``spec.stop`` and reports ``Stopped`` after SIGTERM (and SIGKILL). With
+    ``checkpoint`` a running attempt's agent takes a checkpoint first (until ``deadline``, if given)."""
     meta, spec = attempt["metadata"], attempt.get("spec") or {}
     if spec.get("stop"):
         return
@@ -123,6 +134,10 @@ async def stop_attempt(
         }
         await client.update("attempts", {**attempt, "status": status}, meta["namespace"], subresource="status")
         return
-    stop = {"reason": reason, "gracePeriodSeconds": grace_seconds, "requestedTime": now}
+    stop: Object = {"reason": reason, "gracePeriodSeconds": grace_seconds, "requestedTime": now}
+    if checkpoint and (attempt.get("status") or {}).get("phase") == "Running":
+        stop["checkpoint"] = True
+        if deadline is not None:
+            stop["deadline"] = deadline
     patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"stop": stop}}
     await client.patch("attempts", meta["name"], patch, meta["namespace"])

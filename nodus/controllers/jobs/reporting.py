@@ -6,7 +6,7 @@ reconcile, so it is always what the attempts say (level-triggered) and never nee
 
 * ``outputs``: the outputs of the attempt that succeeded, per index (an index succeeds once), with
   their sink loads and ``committedTime`` (the attempt's finish: storage is billed from then);
-  ``storage.bytes`` is their total (checkpoints join it with recovery).
+  ``storage.bytes`` is their total plus the checkpoints kept (``recovering.retained_bytes``).
 * ``inputs``: the admission pins, plus the digest the first attempt verified for a URL or bucket
   input declared without one, which then pins it for every later attempt.
 * ``source.commit``: the commit the first attempt resolved; later attempts check it out by sha.
@@ -29,6 +29,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from nodus.apimachinery import money, units
+from nodus.controllers.jobs import recovering
 from nodus.controllers.jobs.slots import Slots, index_of, phase
 
 Object = dict[str, Any]
@@ -39,6 +40,7 @@ def collect(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
     """Fold what the attempts reported into the Job's ``status`` (in place)."""
     attempts = sorted((a for s in slots.by_index.values() for a in s.attempts), key=_started)
     _outputs(status, attempts)
+    _storage(status, recovering.retained_bytes(slots, spec, status, now))
     _inputs(status, attempts)
     _source(status, spec, attempts)
     _progress(status, attempts, now)
@@ -76,8 +78,12 @@ def _outputs(status: Object, attempts: list[Object]) -> None:
         return
     outputs.sort(key=lambda o: (o["index"], str(o.get("name")), int(o.get("rank") or 0)))
     status["outputs"] = outputs
-    total = sum(int(o.get("size") or 0) for o in outputs)
-    status["storage"] = {**(status.get("storage") or {}), "bytes": total}
+
+
+def _storage(status: Object, checkpoint_bytes: int) -> None:
+    total = sum(int(o.get("size") or 0) for o in status.get("outputs") or []) + checkpoint_bytes
+    if total or status.get("storage"):
+        status["storage"] = {**(status.get("storage") or {}), "bytes": total}
 
 
 def _inputs(status: Object, attempts: list[Object]) -> None:

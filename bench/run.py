@@ -2,7 +2,7 @@
 
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
-NAME: create, watch, list, schedule, latency, outputs, charges or calibration (repeatable).
+NAME: create, watch, list, schedule, latency, outputs, charges, calibration or checkpoints (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -30,6 +30,7 @@ from typing import Any
 from bench import (
     calibration,
     charge_throughput,
+    checkpoints,
     common,
     create_throughput,
     list_large,
@@ -40,7 +41,7 @@ from bench import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges", "calibration")
+BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges", "calibration", "checkpoints")
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -54,6 +55,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "outputs": {"size_mib": 256, "rounds": 1},
             "charges": {"attempts": 500, "workers": 16, "seconds": 5.0, "rounds": 1},
             "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 5},
+            "checkpoints": {"size_mib": 256, "rounds": 1},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -64,6 +66,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "outputs": {"size_mib": 1024, "rounds": 2},
         "charges": {"attempts": 500, "workers": 16, "seconds": 10.0, "rounds": 3},
         "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 20},
+        "checkpoints": {"size_mib": 1024, "rounds": 3},
     }
 
 
@@ -108,6 +111,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
     if "calibration" in only:
         # In-process and without a database (the estimator and the billing rules on simulated Jobs).
         results["calibration"] = await calibration.run(workdir / "calibration", **params["calibration"])
+    if "checkpoints" in only:
+        started = time.monotonic()
+        results["checkpoints"] = await checkpoints.run(workdir / "checkpoints", **params["checkpoints"])
+        results["checkpoints"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -311,6 +318,8 @@ def table(results: dict[str, Any]) -> str:
                 _verdict(ca["met"]),
             )
         )
+    if "checkpoints" in results:
+        rows.extend(checkpoints.rows(results["checkpoints"]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -52,6 +52,8 @@ class AgentSettings:
     hidden: tuple[str, ...] = ()
     # A PEM file of extra CA certificates for https inputs and git sources (beside the system's).
     trust_ca: str | None = None
+    # Multiplies checkpoint intervals and waits: tests run an hour of cadence in minutes.
+    checkpoint_time_scale: float = 1.0
 
 
 class Agent:
@@ -96,6 +98,8 @@ class Agent:
             self.settings.work_dir,
             self.settings.hidden,
             trust_ca=self.settings.trust_ca,
+            mtbi=_mtbi(spec),
+            checkpoint_time_scale=self.settings.checkpoint_time_scale,
         )
         try:
             node = await self.client.get("nodes", name)
@@ -199,13 +203,15 @@ class Agent:
                 assert self.host is not None
                 run = AttemptRun(attempt, self.client, self.runtime, self.host)
                 self.runs[uid] = run
-                stop = spec.get("stop")
-                if stop:
-                    run.request_stop(str(stop.get("reason", "Stopped")), float(stop.get("gracePeriodSeconds", 30)))
+                if spec.get("stop"):
+                    _request_stop(run, spec["stop"])
                 run.start()
-            elif spec.get("stop"):
-                stop = spec["stop"]
-                run.request_stop(str(stop.get("reason", "Stopped")), float(stop.get("gracePeriodSeconds", 30)))
+                continue
+            run.update(attempt)
+            if spec.get("stop"):
+                _request_stop(run, spec["stop"])
+            else:
+                run.withdraw_stop()
         for uid in [u for u, r in self.runs.items() if r.task is not None and r.task.done()]:
             if self.attempts.get(self.runs[uid].namespace, self.runs[uid].name) is None:
                 del self.runs[uid]
@@ -224,3 +230,20 @@ class Agent:
                 grace = max((units.parse_time(deadline_text) - units.now()).total_seconds() - 1.0, 0.0)
             reason = "Preempted" if status.get("reason") == "Preempted" else "NodeLost"
             self.leave(f"the node is terminating ({status.get('reason')})", grace, reason=reason)
+
+
+def _request_stop(run: AttemptRun, stop: Object) -> None:
+    deadline = units.time_or_none(stop.get("deadline"))
+    run.request_stop(
+        str(stop.get("reason", "Stopped")),
+        float(stop.get("gracePeriodSeconds", 30)),
+        checkpoint=bool(stop.get("checkpoint")),
+        deadline=deadline,
+        requested_time=stop.get("requestedTime"),
+    )
+
+
+def _mtbi(offering_spec: Object) -> timedelta | None:
+    """The offering's mean time between interruptions, when it is interruptible."""
+    text = offering_spec.get("meanTimeBetweenInterruptions")
+    return units.parse_duration(str(text)) if offering_spec.get("interruptible") and text else None

@@ -8,6 +8,7 @@ Every attempt gets ``<root>/<attempt name>/`` on the host::
     nodus/secrets/   -> /nodus/secrets  (mode 0700 on the host)
     nodus/scratch/   -> /nodus/scratch
     nodus/connections/ -> /nodus/connections (read-only inside; mode 0700 on the host)
+    nodus/checkpoint/ -> /nodus/checkpoint (the checkpoint protocol's request and ack files)
     nodus/progress   -> /nodus/progress (a file the program appends progress lines to)
     workdir/         -> the attempt's working directory (``spec.workingDir``, e.g. /workspace)
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The directories under /nodus/ inside the sandbox, in the order of the contract.
-NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections")
+NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections", "checkpoint")
 # The directories the program may read but not change.
 READ_ONLY_DIRECTORIES = frozenset({"inputs", "connections"})
 # Mount point of the layout's nodus/ directory inside the sandbox.
@@ -95,6 +96,16 @@ class AttemptLayout:
     def progress(self) -> Path:
         """Host path of ``/nodus/progress``."""
         return self.nodus_dir / "progress"
+
+    @property
+    def checkpoint(self) -> Path:
+        """Host path of ``/nodus/checkpoint``: the request, ack and signal files (``nodus.agent.checkpointing``)."""
+        return self.nodus_dir / "checkpoint"
+
+    @property
+    def mirror(self) -> Path:
+        """The staging copy of the checkpoint paths, kept between checkpoints; never visible to the program."""
+        return self.directory / "checkpoint-mirror"
 
     @property
     def workdir(self) -> Path:

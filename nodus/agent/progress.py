@@ -16,6 +16,10 @@ The protocol, as the program sees it. Append lines to ``/nodus/progress`` (the p
   (``"3e-4"``, at most 64 characters), reported as a decimal string (``0.25`` -> ``"0.25"``);
   ``null`` removes the metric. At most :data:`MAX_METRICS` names are kept: new names past that are
   dropped.
+* ``cursor``: where a restarted program should pick up (``spec.recovery.continuity: Restartable``), a
+  string of 1 to 4096 printable characters (an offset, a file name, a JSON text); the latest wins. It is
+  reported as the Attempt's ``status.resumeCursor`` and a replacement attempt gets it in
+  ``NODUS_RESUME_CURSOR``. Report it once the work before it is durable (written to an output, a bucket).
 * Other keys are ignored (room for later versions). A field with an invalid value is ignored and the
   rest of the line applies. A line that is not a JSON object, is not UTF-8, or is longer than 64 KiB
   is ignored as a whole. Ignored lines and values are counted (:attr:`ProgressTracker.ignored_lines`,
@@ -58,6 +62,7 @@ SANDBOX_PROGRESS_FILE = "/nodus/progress"
 MAX_LINE = 64 * 1024
 MAX_METRICS = 64
 MAX_STAGE = 128
+MAX_CURSOR = 4096
 MAX_UNITS = 2**31 - 1
 RESERVOIR = 2048
 CHUNK = 1 << 20
@@ -78,6 +83,7 @@ class ProgressTracker:
         self.completed: int | None = None
         self.total: int | None = None
         self.metrics: dict[str, str] = {}
+        self.cursor: str | None = None
         self.ignored_lines = 0
         self.ignored_values = 0
         # (time, completed) where the last sample ended, and the latest rise not yet sampled.
@@ -105,6 +111,8 @@ class ProgressTracker:
             self._completed(report["completed"], now)
         if "metrics" in report:
             self._metrics(report["metrics"])
+        if "cursor" in report:
+            self._cursor(report["cursor"])
 
     def ignore_line(self) -> None:
         """Count a line that could not be read at all (the watcher calls it for lines that are not UTF-8)."""
@@ -121,6 +129,8 @@ class ProgressTracker:
         if self.metrics:
             progress["metrics"] = dict(self.metrics)
         snapshot: Snapshot = {"progress": progress} if progress else {}
+        if self.cursor is not None:
+            snapshot["resumeCursor"] = self.cursor
         if self.completed is not None:
             unit_metrics: Snapshot = {"completed": self.completed}
             samples = list(self._unit_ms)
@@ -136,6 +146,12 @@ class ProgressTracker:
     def _stage(self, value: Any) -> None:
         if isinstance(value, str) and 0 < len(value) <= MAX_STAGE and value.isprintable():
             self.stage = value
+        else:
+            self.ignored_values += 1
+
+    def _cursor(self, value: Any) -> None:
+        if isinstance(value, str) and 0 < len(value) <= MAX_CURSOR and value.isprintable():
+            self.cursor = value
         else:
             self.ignored_values += 1
 

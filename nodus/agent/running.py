@@ -9,6 +9,11 @@ the visible GPUs), ``Running`` (``startTime``), then exactly one terminal phase:
 * ``Stopped``: stopped on request (``spec.stop``), reason taken from the request;
 * ``Lost`` with reason ``Preempted``: the host is being reclaimed and stopped the program first.
 
+Checkpoints (``nodus.agent.checkpointing``): a Checkpointed attempt restores ``spec.restore`` before its
+program starts, checkpoints on its cadence and when asked (``spec.checkpointRequest``), and before a stop
+that asks for one (a suspend: tried three times, after which it keeps running and says so) or a host going
+away with notice (one try, within the notice).
+
 Logs are flushed before the terminal report, so whoever sees the end can read every line.
 """
 
@@ -22,10 +27,11 @@ import re
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodus.agent import collecting, materializing, progress
+from nodus.agent import checkpointing, collecting, materializing, progress
 from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
 from nodus.agent.runtime import Egress, Exit, Process, RunSpec, Runtime, Sidecar
@@ -55,6 +61,10 @@ class HostFacts:
     work_dir: Path
     hidden: tuple[str, ...] = ()
     trust_ca: str | None = None
+    # The offering's mean time between interruptions (interruptible capacity), for the auto checkpoint interval.
+    mtbi: timedelta | None = None
+    # Shrinks checkpoint intervals and waits (tests run minutes of cadence in seconds).
+    checkpoint_time_scale: float = 1.0
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
@@ -142,7 +152,16 @@ class AttemptRun:
     stop_reason: str | None = None
     lost_reason: str | None = None
     task: asyncio.Task[None] | None = None
+    checkpointer: checkpointing.Checkpointer | None = None
     _tail: deque[str] = field(default_factory=lambda: deque(maxlen=MESSAGE_LINES))
+    _stop_checkpoint: bool = False
+    _stop_deadline: datetime | None = None
+    _stop_requested_time: str | None = None
+    _stop_withdrawn: bool = False
+    # The requestedTime of a stop given up after its checkpoint failed three times: not tried again.
+    _abandoned_stop: str | None = None
+    _cadence: asyncio.Task[None] | None = None
+    _requests: set[asyncio.Task[bool]] = field(default_factory=set)
     _stop_grace: float = 30.0
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Secret values (and their lines) never leave the host in a log line or a message, even if printed.
@@ -159,15 +178,51 @@ class AttemptRun:
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"attempt {self.namespace}/{self.name}")
 
-    def request_stop(self, reason: str, grace_seconds: float, *, lost_reason: str | None = None) -> None:
+    def request_stop(
+        self,
+        reason: str,
+        grace_seconds: float,
+        *,
+        lost_reason: str | None = None,
+        checkpoint: bool = False,
+        deadline: datetime | None = None,
+        requested_time: str | None = None,
+    ) -> None:
         """Stop the program (SIGTERM, SIGKILL after the grace). With ``lost_reason`` the host is going
-        away, and the attempt ends ``Lost`` rather than ``Stopped``."""
+        away, and the attempt ends ``Lost`` rather than ``Stopped``; with notice (a grace) a Checkpointed
+        attempt checkpoints first. ``checkpoint`` asks for a checkpoint before a stop (until ``deadline``)."""
         if lost_reason is not None and self.lost_reason is None:
             self.lost_reason = lost_reason
-        if self.stop_reason is not None:
+            if grace_seconds > 1:
+                self._stop_checkpoint = True
+                self._stop_deadline = units.now() + timedelta(seconds=grace_seconds * 0.8)
+                self._stop_grace = grace_seconds * 0.2
+            elif self.stop_reason is not None:
+                self._stop_grace = min(self._stop_grace, grace_seconds)
+            self._stop_requested.set()
+        if self.stop_reason is not None or (requested_time is not None and requested_time == self._abandoned_stop):
             return
-        self.stop_reason, self._stop_grace = reason, grace_seconds
+        self.stop_reason, self._stop_requested_time, self._stop_withdrawn = reason, requested_time, False
+        if lost_reason is None:
+            self._stop_grace, self._stop_checkpoint, self._stop_deadline = grace_seconds, checkpoint, deadline
         self._stop_requested.set()
+
+    def withdraw_stop(self) -> None:
+        """The stop request was taken back (a suspend undone) before the program was stopped: keep running."""
+        if self.stop_reason is not None and self.lost_reason is None:
+            self._stop_withdrawn = True
+
+    def update(self, attempt: Object) -> None:
+        """The attempt as the API server has it now: answer a new ``spec.checkpointRequest``."""
+        self.attempt = attempt
+        request = (attempt.get("spec") or {}).get("checkpointRequest")
+        checkpointer = self.checkpointer
+        if not request or checkpointer is None or checkpointer.process is None or request in checkpointer.requests:
+            return
+        checkpointer.requests.add(str(request))
+        task = asyncio.create_task(checkpointer.take("Requested", request=str(request)))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
 
     async def _run(self) -> None:
         spec = self.attempt.get("spec") or {}
@@ -219,7 +274,33 @@ class AttemptRun:
         if spec.get("initCommand"):
             await self._report(**ready)  # the init command may take long: say the inputs are in place now
             ready = {}
-        env = {**environment(self.attempt, self.host), **prepared.env, "NODUS_PROGRESS_FILE": PROGRESS_FILE}
+        try:
+            policy = checkpointing.Policy.of(spec, lambda path: collecting.host_path(path, layout, prepared))
+        except checkpointing.CheckpointError as exc:
+            await self._report(phase="Failed", reason=exc.reason, message=str(exc), finishTime=_now())
+            return None
+        if policy is not None:
+            self.checkpointer = checkpointing.Checkpointer(
+                self.client,
+                self.attempt,
+                layout,
+                policy,
+                mtbi=self.host.mtbi,
+                time_scale=self.host.checkpoint_time_scale,
+            )
+            restored = await self._unless_stopped(self._restore(self.checkpointer))
+            if restored is None:
+                return await self._report_stopped_early()
+            if isinstance(restored, checkpointing.CheckpointError):
+                # Nodus could not give the program its state back: lost, not the customer's failure.
+                await self._report(phase="Lost", reason=restored.reason, message=str(restored), finishTime=_now())
+                return None
+        env = {
+            **environment(self.attempt, self.host),
+            **prepared.env,
+            **checkpointing.environment(spec, policy),
+            "NODUS_PROGRESS_FILE": PROGRESS_FILE,
+        }
         base = RunSpec(
             argv=argv,
             env=env,
@@ -247,7 +328,11 @@ class AttemptRun:
         watcher.start()
         pump = asyncio.create_task(self._pump(self.process, shipper))
         stopper = asyncio.create_task(self._stop_when_asked(self.process))
+        if self.checkpointer is not None:
+            self.checkpointer.process = self.process
+            self._start_cadence()
         ended = await self.process.wait()
+        await self._end_checkpoints(stopper)
         stopper.cancel()
         await pump
         await watcher.close()
@@ -351,9 +436,88 @@ class AttemptRun:
             if line.strip():
                 self._tail.append(scrub(line))
 
+    async def _restore(self, checkpointer: checkpointing.Checkpointer) -> checkpointing.CheckpointError | bool:
+        """Restore the attempt's checkpoint, if it has one: True, or the error (never None: that means stopped)."""
+        try:
+            await checkpointer.restore()
+        except checkpointing.CheckpointError as exc:
+            return exc
+        if checkpointer.restored_from is not None:
+            await checkpointer.report()
+        return True
+
+    def _start_cadence(self) -> None:
+        checkpointer = self.checkpointer
+        if checkpointer is None or (self._cadence is not None and not self._cadence.done()):
+            return
+        self._cadence = asyncio.create_task(checkpointer.run(lambda: self.attempt.get("spec") or {}))
+
+    async def _stop_cadence(self) -> None:
+        if self._cadence is not None:
+            self._cadence.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cadence
+            self._cadence = None
+
+    async def _end_checkpoints(self, stopper: asyncio.Task[None]) -> None:
+        """The program ended: no more checkpoints of it, but one taken for a stop finishes (it may have ended
+        because the stop signalled it)."""
+        if self.checkpointer is not None:
+            self.checkpointer.process = None
+        await self._stop_cadence()
+        for task in list(self._requests):
+            task.cancel()
+
     async def _stop_when_asked(self, process: Process) -> None:
-        await self._stop_requested.wait()
-        await process.stop(self._stop_grace)
+        while True:
+            await self._stop_requested.wait()
+            if self.checkpointer is None or not self._stop_checkpoint or await self._checkpoint_before_stop():
+                break
+            # Given up (or withdrawn): the program keeps running, with its cadence, until another stop.
+            self._stop_requested.clear()
+            self.stop_reason, self._stop_checkpoint, self._stop_deadline = None, False, None
+            self._start_cadence()
+        grace = self._stop_grace
+        if self._stop_deadline is not None and self.lost_reason is None:
+            grace = min(grace, max((self._stop_deadline - units.now()).total_seconds(), 0.0))
+        await process.stop(grace)
+
+    async def _checkpoint_before_stop(self) -> bool:
+        """Checkpoint before the stop; True to stop now, False to keep running (given up or withdrawn).
+
+        A host going away gets one try within its notice. A requested stop is tried three times (DECISIONS:
+        suspendFailures); one with a deadline (money) stops without its checkpoint once the deadline passes."""
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        await self._stop_cadence()
+        for task in list(self._requests):
+            task.cancel()
+        if self.lost_reason is not None:
+            await checkpointer.take(
+                "Preemption" if self.lost_reason == "Preempted" else "HostGone", self._stop_deadline
+            )
+            return True
+        delay = 1.0 * checkpointer.time_scale
+        checkpointer.reset_stop_failures()
+        while True:
+            if self._stop_withdrawn:
+                return False
+            if await checkpointer.take("Suspend", self._stop_deadline):
+                if checkpointer.reset_stop_failures():
+                    await checkpointer.report()
+                return True
+            if self.lost_reason is not None:
+                return True
+            if self._stop_deadline is not None and units.now() >= self._stop_deadline:
+                return True
+            failures = checkpointer.count_stop_failure()
+            await checkpointer.report()
+            if failures >= checkpointing.STOP_TRIES:
+                log.warning("attempt %s: the stop's checkpoint failed %d times; it keeps running", self.name, failures)
+                self._abandoned_stop = self._stop_requested_time
+                return False
+            await asyncio.sleep(delay)
+            delay *= 2
 
     async def _report_end(self, ended: Exit, layout: AttemptLayout, prepared: Prepared) -> None:
         base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}

@@ -216,6 +216,18 @@ class Process(Protocol):
         """SIGKILL every process of the attempt now and return the Exit."""
         ...
 
+    def notify(self, number: int) -> None:
+        """Send signal ``number`` to the program's processes (not its sidecars); nothing once it has ended."""
+        ...
+
+    def freeze(self) -> None:
+        """Pause the program's processes (SIGSTOP), for a crash-consistent snapshot; :meth:`thaw` resumes them."""
+        ...
+
+    def thaw(self) -> None:
+        """Resume what :meth:`freeze` paused (SIGCONT); harmless when nothing is paused."""
+        ...
+
 
 class Runtime(Protocol):
     name: str
@@ -423,7 +435,19 @@ class HostProcess(abc.ABC):
             self._signal(signal.SIGKILL)
         return await self.wait()
 
+    def notify(self, number: int) -> None:
+        if not self._ended_task().done():
+            self._signal(number)
+
+    def freeze(self) -> None:
+        self.notify(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.notify(signal.SIGCONT)
+
     async def _terminate_then_kill(self, grace_seconds: float) -> None:
+        # A frozen program cannot act on SIGTERM: resume it first.
+        self._signal(signal.SIGCONT)
         self._signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(self._ended_task()), timeout=max(grace_seconds, 0.0))

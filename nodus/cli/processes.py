@@ -103,6 +103,12 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     parser.add_argument(
         "--sim-agent-trust-ca", type=Path, help="a CA certificate file simulated agents trust (see agent --trust-ca)"
     )
+    parser.add_argument(
+        "--sim-checkpoint-time-scale",
+        type=float,
+        default=1.0,
+        help="simulated agents' --checkpoint-time-scale (tests: 0.05 turns a 1m interval into 3s)",
+    )
 
 
 def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Path | None = None) -> ControllerSettings:
@@ -124,6 +130,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
             capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
             agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
+            checkpoint_time_scale=args.sim_checkpoint_time_scale,
         )
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
@@ -185,6 +192,12 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="a PEM file of CA certificates trusted, beside the system's, for https inputs and git sources",
     )
     parser.add_argument(
+        "--checkpoint-time-scale",
+        type=float,
+        default=1.0,
+        help="multiply checkpoint intervals and waits by this (below 1 only for tests and demonstrations)",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -209,7 +222,10 @@ def agent(args: argparse.Namespace) -> None:
         gpus=args.gpus,
         heartbeat_interval=args.heartbeat_interval,
         trust_ca=str(args.trust_ca.resolve()) if args.trust_ca else None,
+        checkpoint_time_scale=args.checkpoint_time_scale,
     )
+    if not 0 < settings.checkpoint_time_scale <= 1000:
+        raise SystemExit("nodus agent: --checkpoint-time-scale must be above 0")
     config_path = kubeconfig_path(args)
     settings.hidden = (str(config_path.resolve().parent), *(str(Path(d).resolve()) for d in args.hide))
     config = ClientConfig.from_kubeconfig(config_path)

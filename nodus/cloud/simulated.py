@@ -49,6 +49,7 @@ class SimulatedCloudConfig:
     heartbeat_interval: timedelta = timedelta(seconds=2)
     # Extra CA certificates agents trust for inputs and sources (a private HTTPS server in tests).
     agent_trust_ca: Path | None = None
+    checkpoint_time_scale: float = 1.0
 
 
 @dataclass
@@ -141,6 +142,8 @@ class SimulatedCloud:
         ]
         if self.config.agent_trust_ca is not None:
             command += ["--trust-ca", str(self.config.agent_trust_ca)]
+        if self.config.checkpoint_time_scale != 1.0:
+            command += ["--checkpoint-time-scale", repr(self.config.checkpoint_time_scale)]
         with (work / "agent.log").open("ab") as output:
             process = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True

@@ -44,6 +44,9 @@ TEST_FLAGS = (
     # A billed hour of storage lasts 2 s, so tests see a Job's storage charged hour after hour.
     "--storage-charge-interval",
     "2s",
+    # Checkpoint cadences and waits run 20 times faster: an interval of 1m is 3 s.
+    "--sim-checkpoint-time-scale",
+    "0.05",
 )
 
 

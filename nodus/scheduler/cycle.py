@@ -88,12 +88,12 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
     offerings = sorted(snapshot.offerings, key=lambda o: o.id)
     names = filters.family_names(offerings)
     ledger = _Ledger(offerings, snapshot.hosts, snapshot.now)
-    plans: dict[tuple[filters.Requirements, Profile, timedelta], _Plan] = {}
+    plans: dict[tuple[filters.Requirements, Profile, timedelta, tuple[str, ...]], _Plan] = {}
     bindings: list[Binding] = []
     unschedulable: list[Unschedulable] = []
     for work in snapshot.work:
         need = filters.Requirements.of(work, names)
-        shape = (need, work.profile, work.expected_duration)
+        shape = (need, work.profile, work.expected_duration, work.avoid)
         plan = plans.get(shape)
         if plan is None:
             plan = plans[shape] = _Plan.build(need, work, offerings, ledger)
@@ -129,7 +129,11 @@ class _Plan:
             option
             for offering in fitting
             for option in scoring.options(
-                offering, work.expected_duration, work.interruptible, ledger.had_idle(offering.id)
+                offering,
+                work.expected_duration,
+                work.interruptible,
+                ledger.had_idle(offering.id),
+                avoided=offering.id in work.avoid,
             )
         ]
         # Nearest miss (highest stage) first; the sort is stable, so offerings stay in id order.

@@ -24,7 +24,10 @@ Balanced (the default)
     most 10 % over the cheapest placement to start sooner or on a faster accelerator, and never more.
 
 ``interruptible: Prefer`` puts every interruptible option in a tier ahead of on-demand ones: an
-on-demand option is chosen only when no interruptible one is available. Ties always break by
+on-demand option is chosen only when no interruptible one is available. An offering the Work should
+avoid (``Work.avoid``: the one that just took its slot's capacity away) goes to a tier after all the
+others: a replacement moves to another offering or region when one fits, and comes back only when none
+does. Ties always break by
 offering id, then warm before cold; the cycle picks warm hosts of one offering by name.
 """
 
@@ -98,10 +101,14 @@ def expected_cost(offering: Offering, run: timedelta, warm: bool) -> Decimal:
     return offering.rate_usd_per_hour * _micros(paid) / _US_PER_HOUR
 
 
-def options(offering: Offering, duration: timedelta, interruptible: Interruptible, warm: bool) -> list[Option]:
+def options(
+    offering: Offering, duration: timedelta, interruptible: Interruptible, warm: bool, *, avoided: bool = False
+) -> list[Option]:
     """The cold option on ``offering`` and, when it has an idle host (``warm``), the warm one."""
     run = expected_run(offering, duration)
     tier = 1 if interruptible == "Prefer" and not offering.interruptible else 0
+    if avoided:
+        tier += 2
     rank = family_rank(offering)
     made = [Option(offering, False, offering.boot_p50, run, expected_cost(offering, run, False), rank, tier)]
     if warm:

@@ -183,6 +183,8 @@ class Work:
     offerings: tuple[str, ...]
     profile: Profile
     expected_duration: timedelta
+    # Offerings to take only when nothing else fits (the one that just preempted the slot's last attempt).
+    avoid: tuple[str, ...] = ()
 
     @classmethod
     def from_object(cls, attempt_obj: Mapping[str, Any]) -> Work:
@@ -213,6 +215,7 @@ class Work:
             expected_duration=DEFAULT_EXPECTED_DURATION
             if expected is None
             else _duration(expected, "spec.expectedDuration") or timedelta(0),
+            avoid=tuple(sorted(str(o) for o in spec.get("avoidOfferings") or ())),
         )
 
 

@@ -171,3 +171,13 @@ def test_storage_counts_the_latest_checkpoint_of_each_index_until_retention_ends
     finished["status"] = decided.status
     decided = planning.plan(finished, done, NOW + timedelta(hours=1))
     assert decided.status["storage"] == {"bytes": 0}
+
+
+def test_a_replacement_avoids_the_offering_that_preempted_its_slot() -> None:
+    placement = {"offering": "rtx4090-24g-x1-us-spot", "interruptible": True}
+    lost = make_attempt(0, 1, "Lost", reason="Preempted", placement=placement, **ran(300))
+    assert planning.plan(make_job("Running"), [lost], NOW).create[0]["spec"]["avoidOfferings"] == [
+        "rtx4090-24g-x1-us-spot"
+    ]
+    lost["status"]["reason"] = "NodeLost"
+    assert "avoidOfferings" not in planning.plan(make_job("Running"), [lost], NOW).create[0]["spec"]

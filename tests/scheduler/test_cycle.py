@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from decimal import Decimal
 from typing import Any
@@ -240,3 +241,12 @@ def test_the_snapshot_is_not_changed() -> None:
     assert snapshot.offerings == offerings
     assert snapshot.hosts == hosts
     assert run_cycle(snapshot) == run_cycle(snapshot)
+
+
+def test_a_replacement_avoids_the_offering_that_preempted_it_while_another_fits() -> None:
+    us = make_offering("spot-us", rate="1.000000", interruptible=True, mtbi="6h", capacity=1)
+    eu = make_offering("spot-eu", rate="1.100000", interruptible=True, mtbi="6h", capacity=1)
+    work = dataclasses.replace(make_work("job-0-2", interruptible="Prefer", profile="Cost"), avoid=("spot-us",))
+    assert chosen(run_cycle(make_snapshot([work], [ON_DEMAND, us, eu]))) == [("job-0-2", "spot-eu", None)]
+    # Nothing else fits: the avoided offering is still taken rather than waiting.
+    assert chosen(run_cycle(make_snapshot([work], [us]))) == [("job-0-2", "spot-us", None)]

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from nodus.api.auth.principal import Principal
@@ -125,10 +125,17 @@ def media_type(request: Request) -> str:
 
 
 async def body_chunks(request: Request) -> AsyncIterator[bytes]:
-    """The raw request body as it arrives."""
-    async for chunk in request.stream():
-        if chunk:
-            yield chunk
+    """The raw request body as it arrives; a client gone before the end is a 400 (nothing is stored), not a
+    server error: an agent killed mid-upload (a host lost while it checkpoints) is an expected event."""
+    try:
+        async for chunk in request.stream():
+            if chunk:
+                yield chunk
+    except ClientDisconnect:
+        raise bad_request(
+            "the client disconnected before the body was complete; nothing was stored",
+            fix="Upload the blob again.",
+        ) from None
 
 
 async def store(

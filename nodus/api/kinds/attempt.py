@@ -134,6 +134,11 @@ class AttemptSpec(JobModel):
     """AttemptSpec pins one run of one index: what to run, under which constraints, and where."""
 
     args: list[str] | None = Field(None, description="Args are the arguments to the command.")
+    avoid_offerings: list[str] | None = Field(
+        None,
+        description="AvoidOfferings are taken only when no other offering fits: the one that just preempted the "
+        "index's previous attempt, so that its replacement moves to other capacity when the placement allows.",
+    )
     command: list[str] | None = Field(None, description="Command is the argv (the Job's command).")
     checkpoint_request: str | None = Field(
         None,

@@ -86,14 +86,26 @@ def latest_cursor(slot: Slot) -> str | None:
 
 
 def carried(spec: Object, slot: Slot) -> Object:
-    """What a new attempt of ``slot`` starts from: ``restore`` and/or ``resumeCursor`` for its spec."""
+    """What a new attempt of ``slot`` starts from (``restore`` or ``resumeCursor``), and the offering it
+    should avoid (``avoidOfferings``) when the previous attempt was preempted there."""
+    out = _avoid(slot)
     mode = continuity(spec)
-    if mode == "Checkpointed":
-        restore = latest_checkpoint(slot)
-        return {"restore": restore} if restore is not None else {}
-    if mode == "Restartable":
-        cursor = latest_cursor(slot)
-        return {"resumeCursor": cursor} if cursor is not None else {}
+    if mode == "Checkpointed" and (restore := latest_checkpoint(slot)) is not None:
+        out["restore"] = restore
+    elif mode == "Restartable" and (cursor := latest_cursor(slot)) is not None:
+        out["resumeCursor"] = cursor
+    return out
+
+
+def _avoid(slot: Slot) -> Object:
+    """Interruptible capacity being reclaimed tends to be reclaimed again: a replacement prefers elsewhere."""
+    if not slot.attempts:
+        return {}
+    last = max(slot.attempts, key=number_of)
+    status = last.get("status") or {}
+    offering = (status.get("placement") or {}).get("offering")
+    if phase(last) == "Lost" and status.get("reason") == "Preempted" and offering:
+        return {"avoidOfferings": [offering]}
     return {}
 
 

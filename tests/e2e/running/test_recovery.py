@@ -328,3 +328,67 @@ def test_pytorch_training_preempted_five_times_ends_bit_identical(running: Runni
         assert reached - int(start.group(1)) <= interval_steps, (attempt["metadata"]["name"], reached, start.group(0))
         reached = max([int(start.group(1)), *(int(s) for s in re.findall(r"^step (\d+)$", log, re.M))])
     assert done["status"]["attempts"]["total"] == 6
+
+
+def test_a_suspend_whose_checkpoint_keeps_failing_leaves_the_job_running(running: Running) -> None:
+    project = running.project()
+    script = (
+        "import os, time\n"
+        "open(os.path.join(os.environ['NODUS_CHECKPOINT_DIR'], 'big'), 'wb').write(os.urandom(3000))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    spec = {"command": [sys.executable, "-c", script], "resources": {"cpu": "1"}}
+    create(running, project, "stuck", **spec, recovery={"checkpoint": {"interval": "6h", "maxSize": "2Ki"}})
+    running.wait_for("the program to run", lambda: "ready" in attempt_log(running, project, "stuck", 1))
+    patch_spec(running, project, "stuck", {"state": "Suspended"})
+
+    def suspend_failed() -> dict[str, Any] | None:
+        status = running.job(project, "stuck")["status"]
+        return status if status.get("reason") == "SuspendFailed" else None
+
+    status = running.wait_for("the suspend to give up", suspend_failed, timeout=60)
+    assert status["phase"] == "Running" and status["suspendFailures"] == 3
+    assert "CheckpointTooLarge" in str(running.attempts(project, "stuck")[0]["status"]["checkpoint"]["lastFailure"])
+    assert "maxSize" in status["message"]
+    [attempt] = running.attempts(project, "stuck")
+    assert attempt["status"]["phase"] == "Running"
+
+    patch_spec(running, project, "stuck", {"state": "Running"})
+
+    def resumed() -> dict[str, Any] | None:
+        job = running.job(project, "stuck")
+        [attempt] = running.attempts(project, "stuck")
+        return job if "suspendFailures" not in job["status"] and not attempt["spec"].get("stop") else None
+
+    job = running.wait_for("the suspend to be withdrawn", resumed, timeout=60)
+    assert {c["type"]: c["status"] for c in job["status"]["conditions"]}["SuspendFailed"] == "False"
+    assert running.attempts(project, "stuck")[0]["status"]["phase"] == "Running"
+    patch_spec(running, project, "stuck", {"state": "Cancelled"})
+
+
+def test_a_money_stop_checkpoints_while_funded_and_resumes_from_it(running: Running) -> None:
+    project = running.project(credit="10")
+    # On cpu-8c-us (0.4032 USD/h) the hold is kept a stop's cost (the capture interval, the 30 s grace and the
+    # minute increment: about 0.0106 USD) ahead of what accrued; a cap of 0.0118 USD lets the program run about
+    # ten seconds, then the hold cannot grow: the attempt stops, checkpointing first while what is held lasts,
+    # and waits for a higher cap.
+    spec = counter(600, 0.05, interval="6h", placement={"offerings": ["cpu-8c-us"]})
+    create(running, project, "frugal", **spec, maxCostUSD="0.0118")
+
+    def stopped() -> dict[str, Any] | None:
+        attempts = by_number(running, project, "frugal")
+        return attempts[0] if attempts and attempts[0]["status"].get("phase") == "Stopped" else None
+
+    first = running.wait_for("the cap to stop the attempt", stopped, timeout=120)
+    assert first["spec"]["stop"]["reason"] == "MaxCostReached"
+    assert first["spec"]["stop"]["checkpoint"] is True and first["spec"]["stop"]["deadline"]
+    seq = first["status"]["checkpoint"]["seq"]
+    assert seq >= 1
+    patch_spec(running, project, "frugal", {"maxCostUSD": "1"})
+    done = running.wait_phase(project, "frugal", "Succeeded", "Failed", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    second = by_number(running, project, "frugal")[1]
+    assert second["spec"]["restore"]["seq"] == seq
+    start = re.search(r"^start (\d+) restored", attempt_log(running, project, "frugal", 2), re.M)
+    assert start is not None and int(start.group(1)) > 0

@@ -21,7 +21,7 @@ to the digest they are sent under. Guarantees:
   received from the server) whole: ``concurrency`` times ``CHUNK_SIZE`` bytes.
 * **Verified restore.** :meth:`CheckpointStore.restore` checks the manifest's bytes against the digest
   it is restored by, and every chunk against its digest as it arrives; it builds the new trees beside
-  the roots and swaps them in only when every chunk arrived intact (:class:`snapshots.Restoration`), so
+  the roots and swaps them in only when every chunk arrived intact (:class:`restoring.Restoration`), so
   a failed restore leaves the roots as they were.
 
 Every failure is a :class:`CheckpointFailed` whose message says what failed, fit for an Attempt's status.
@@ -37,8 +37,10 @@ from pathlib import Path
 
 import httpx
 
-from nodus.agent import snapshots
-from nodus.agent.snapshots import Manifest, ManifestInvalid, Mirror, RestoreFailed
+from nodus.agent import restoring
+from nodus.agent.manifests import Manifest, ManifestInvalid
+from nodus.agent.restoring import RestoreFailed
+from nodus.agent.snapshots import Mirror
 from nodus.client import Client, errors, rest
 
 CHUNK_MEDIA_TYPE = "application/vnd.nodus.checkpoint.chunk"
@@ -149,7 +151,7 @@ class CheckpointStore:
             raise CheckpointFailed(f"{where}: the manifest's bytes hash to {actual}: damaged in the store")
         try:
             manifest = Manifest.from_bytes(body)
-            restoration = await asyncio.to_thread(snapshots.Restoration, manifest, roots)
+            restoration = await asyncio.to_thread(restoring.Restoration, manifest, roots)
         except (ManifestInvalid, RestoreFailed, OSError) as exc:
             raise CheckpointFailed(f"{where}: {exc}") from None
 

@@ -13,9 +13,10 @@ import pytest
 
 from nodus.agent import checkpointstore
 from nodus.agent.checkpointstore import CheckpointFailed, CheckpointStore
-from nodus.agent.snapshots import CHUNK_SIZE, Manifest, Mirror
+from nodus.agent.manifests import CHUNK_SIZE, Manifest
+from nodus.agent.snapshots import Mirror
 from nodus.client import Client, ClientConfig
-from tests.agent.test_snapshots import make_tree, tree
+from tests.agent.trees import make_tree, tree
 from tests.conftest import make_project
 from tests.support import cluster as clusters
 

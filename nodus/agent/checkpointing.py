@@ -14,8 +14,8 @@ afterwards while the program runs on.
 A program that never acknowledges gets crash-consistent snapshots on the same cadence: the agent pauses
 its processes (SIGSTOP), copies what changed, and resumes them (SIGCONT). The first request waits
 :data:`FIRST_ACK_WAIT` for an ack; after one goes unanswered the agent stops waiting (an ack seen later
-makes it wait again). ``integration: None`` never asks; ``HFTrainer`` is ``Auto`` plus the environment a
-Hugging Face Trainer needs to save where Nodus looks.
+makes it wait again). ``integration: None`` never asks; ``HFTrainer`` is ``Auto`` plus a ``sitecustomize``
+(``nodus/agent/hftrainer``) that makes a Hugging Face Trainer save to the paths, answer requests and resume.
 
 Commit: the chunks go up first, the manifest last, and the checkpoint is committed when the Attempt's
 ``status.checkpoint`` names the manifest (an ended attempt's cannot change: see the Attempt strategy). An
@@ -142,9 +142,26 @@ def environment(spec: Object, policy: Policy | None) -> dict[str, str]:
     if restore.get("seq"):
         env["NODUS_RESTORED_SEQ"] = str(restore["seq"])
     if policy.integration == "HFTrainer":
-        # A Trainer saves under output_dir and resumes from its newest checkpoint-N there.
-        env.update(NODUS_HF_OUTPUT_DIR=next(iter(policy.roots)), HF_HUB_DISABLE_TELEMETRY="1")
+        # A Trainer saves under output_dir and resumes from its newest checkpoint-N there; the sitecustomize in
+        # nodus/agent/hftrainer points it there and answers requests (see its docstring).
+        env.update(
+            NODUS_HF_OUTPUT_DIR=next(iter(policy.roots)),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            PYTHONPATH=hftrainer_pythonpath(spec),
+        )
     return env
+
+
+def hftrainer_pythonpath(spec: Object) -> str:
+    """The hook's directory, then the ``PYTHONPATH`` the Job's own ``env`` sets (the last literal value, as the
+    agent's environment takes it). The directory is the installed package's, visible in the sandbox through the
+    read-only host root; its ``sitecustomize.py`` takes it off the program's ``sys.path`` again."""
+    own = ""
+    for item in spec.get("env") or []:
+        if isinstance(item, dict) and item.get("name") == "PYTHONPATH" and isinstance(item.get("value"), str):
+            own = item["value"]
+    # An empty entry would put the working directory on the path.
+    return os.pathsep.join(entry for entry in (str(Path(__file__).parent / "hftrainer"), own) if entry)
 
 
 class Checkpointer:
@@ -321,6 +338,8 @@ class Checkpointer:
     async def _ask(self, seq: int, reason: str, deadline: datetime | None) -> bool:
         """Write the request, signal an opted-in program and wait for its ack; True if it acknowledged."""
         directory = self._layout.checkpoint
+        if not self._acked_ever and self._ack_seq() is not None:
+            self._acked_ever = True  # a late ack of an earlier request: the program takes part after all
         wait = (ACK_WAIT if self._acked_ever else FIRST_ACK_WAIT).total_seconds() * self._scale
         if self._unanswered and not self._acked_ever:
             wait = 0.0
@@ -345,15 +364,21 @@ class Checkpointer:
             await asyncio.sleep(0.1)
 
     def _acked(self, seq: int) -> bool:
+        answered = self._ack_seq()
+        return answered is not None and answered >= seq
+
+    def _ack_seq(self) -> int | None:
+        """The seq in the ack file (a number, or ``{"seq": n}``); None when there is none to read."""
         try:
             text = (self._layout.checkpoint / ACK_FILE).read_text("utf-8").strip()
         except (FileNotFoundError, UnicodeDecodeError):
-            return False
+            return None
         with contextlib.suppress(ValueError, orjson.JSONDecodeError):
             value = orjson.loads(text)
             number = value.get("seq") if isinstance(value, dict) else value
-            return isinstance(number, int) and number >= seq
-        return False
+            if isinstance(number, int) and not isinstance(number, bool):
+                return number
+        return None
 
     def _signal_number(self) -> int | None:
         try:

@@ -2,7 +2,7 @@
 
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
-NAME: create, watch, list, schedule, latency, outputs, charges, calibration or checkpoints (repeatable).
+NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints or recovery (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -35,13 +35,25 @@ from bench import (
     create_throughput,
     list_large,
     output_streaming,
+    recovery,
     run_latency,
     schedule_throughput,
     watch_latency,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("create", "watch", "list", "schedule", "latency", "outputs", "charges", "calibration", "checkpoints")
+BENCHMARKS = (
+    "create",
+    "watch",
+    "list",
+    "schedule",
+    "latency",
+    "outputs",
+    "charges",
+    "calibration",
+    "checkpoints",
+    "recovery",
+)
 
 
 def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
@@ -56,6 +68,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "charges": {"attempts": 500, "workers": 16, "seconds": 5.0, "rounds": 1},
             "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 5},
             "checkpoints": {"size_mib": 256, "rounds": 1},
+            "recovery": {"jobs": 30},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -67,6 +80,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "charges": {"attempts": 500, "workers": 16, "seconds": 10.0, "rounds": 3},
         "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 20},
         "checkpoints": {"size_mib": 1024, "rounds": 3},
+        "recovery": {"jobs": 100},
     }
 
 
@@ -115,6 +129,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["checkpoints"] = await checkpoints.run(workdir / "checkpoints", **params["checkpoints"])
         results["checkpoints"]["seconds"] = time.monotonic() - started
+    if "recovery" in only:
+        started = time.monotonic()
+        results["recovery"] = await recovery.run(workdir / "recovery", **params["recovery"])
+        results["recovery"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -320,6 +338,8 @@ def table(results: dict[str, Any]) -> str:
         )
     if "checkpoints" in results:
         rows.extend(checkpoints.rows(results["checkpoints"]))
+    if "recovery" in results:
+        rows.extend(recovery.rows(results["recovery"]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

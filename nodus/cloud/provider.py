@@ -31,5 +31,9 @@ class Provider(Protocol):
     async def terminate(self, node_name: str, grace_seconds: float) -> None:
         """Take the host down: its agent gets ``grace_seconds`` to stop, then the host is gone. Idempotent."""
 
+    def forget(self) -> None:
+        """Stop tracking every host without touching it: leadership was lost and the next leader adopts them."""
+
     async def close(self) -> None:
-        """Forget every host without terminating it (they outlive a controller restart)."""
+        """The controller process is stopping: what the provider does with its hosts is its own (the simulated
+        cloud takes them down; a real cloud's hosts outlive a controller restart)."""

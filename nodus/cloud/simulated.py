@@ -184,6 +184,14 @@ class SimulatedCloud:
             await asyncio.sleep(0.05)
         _kill_session(host.pid, signal.SIGKILL)
 
+    def forget(self) -> None:
+        """Stop tracking every host without touching it (leadership lost: the next leader adopts them, and a
+        later ``close()`` of this process must not take down hosts it no longer runs)."""
+        for host in self._hosts.values():
+            if host.boot is not None and host.pid is None:
+                host.boot.cancel()  # not started yet: the next leader boots it (its Node is still Booting)
+        self._hosts.clear()
+
     async def close(self) -> None:
         """Take every host down (``nodus dev`` stopping): agents get a short grace to report."""
         await asyncio.gather(*(self.terminate(name, 5.0) for name in list(self._hosts)))

@@ -120,6 +120,7 @@ class Controllers:
             lease_duration=settings.lease_duration,
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
+            on_lost=self._forget_hosts,
         )
         self.manager = manager = Manager(client, elector=self.elector)
         jobs = manager.informer("jobs", resync=settings.resync)
@@ -216,6 +217,10 @@ class Controllers:
                 )
             except (errors.Conflict, errors.NotFound):
                 continue
+
+    def _forget_hosts(self) -> None:
+        if self.cloud is not None:
+            self.cloud.forget()
 
     async def run(self) -> None:
         try:

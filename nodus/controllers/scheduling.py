@@ -154,7 +154,9 @@ class SchedulerLoop:
         try:
             async with self._writes:
                 await self._client.update("attempts", {**attempt, "status": status}, key[0], subresource="status")
-        except Exception:
+        except BaseException:
+            # Cancelled too (leadership lost mid-write): an assumption left behind would hide the attempt from
+            # every later cycle while it stays Pending.
             self._assumed.pop(key, None)
             self._wake.set()
             raise

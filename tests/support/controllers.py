@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -121,3 +122,22 @@ def wait_ready(cluster: Cluster) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
+
+
+def kill_leftover_agents(directory: Path) -> int:
+    """SIGKILL every ``nodus agent`` still working under ``directory / "hosts"`` (and its session): hosts that
+    no controller took down (one SIGKILLed, or stopped past its timeout). Returns how many were found."""
+    hosts = str((directory / "hosts").resolve()).encode()
+    found = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"agent" in argv and any(arg.startswith(hosts) for arg in argv):
+            found += 1
+            with contextlib.suppress(OSError):
+                os.killpg(int(entry.name), signal.SIGKILL)
+    return found

@@ -12,7 +12,8 @@ the API or the clock. The invariants (ADR 0024):
   second do not count as overlapping.
 * **Recovery time**: from the loss of an attempt to the start of the next attempt of its index that
   started. The loss is when the caller injected the fault (by attempt or node name), else the lost
-  attempt's ``finishTime``.
+  attempt's ``finishTime``; the part until that ``finishTime`` (the loss noticed and recorded) is kept
+  apart as ``ended_after``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Recovery:
     lost: str
     replacement: str
     reason: str  # the lost attempt's status.reason: Preempted, NodeLost, ...
-    seconds: float
+    seconds: float  # from the loss to the replacement's start
+    ended_after: float  # of which from the loss to the lost attempt's finishTime (its end, as recorded)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,10 @@ class Report:
         """The share of replacements that restored the newest committed checkpoint (1.0 without any)."""
         return 1.0 if self.replacements == 0 else (self.replacements - len(self.not_latest)) / self.replacements
 
-    def recovery_seconds(self, q: float, reason: str | None = None) -> float:
-        """The q-th percentile (0-100) of recovery times, of one loss ``reason`` or all; NaN without any."""
-        return percentile([r.seconds for r in self.recoveries if reason in (None, r.reason)], q)
+    def recovery_seconds(self, q: float, reason: str | None = None, part: str = "seconds") -> float:
+        """The q-th percentile (0-100) of recovery times (``part``: or ``ended_after``), of one loss ``reason``
+        or all; NaN without any."""
+        return percentile([getattr(r, part) for r in self.recoveries if reason in (None, r.reason)], q)
 
     def summary(self) -> str:
         return (
@@ -154,13 +157,15 @@ def _recoveries(slot: Sequence[Object], injected: Mapping[str, datetime]) -> lis
             continue
         name = attempt["metadata"]["name"]
         node = str(attempt["spec"].get("node") or "")
-        lost_at = injected.get(name) or injected.get(node) or _time(attempt, "finishTime")
+        ended = _time(attempt, "finishTime")
+        lost_at = injected.get(name) or injected.get(node) or ended
         later = next((a for a in slot[n + 1 :] if _time(a, "startTime") is not None), None)
         started = _time(later, "startTime") if later is not None else None
-        if lost_at is None or later is None or started is None:
+        if lost_at is None or ended is None or later is None or started is None:
             continue
         reason = str(attempt["status"].get("reason") or "")
-        found.append(Recovery(name, later["metadata"]["name"], reason, (started - lost_at).total_seconds()))
+        seconds, ended_after = (started - lost_at).total_seconds(), (ended - lost_at).total_seconds()
+        found.append(Recovery(name, later["metadata"]["name"], reason, seconds, ended_after))
     return found
 
 

@@ -43,7 +43,9 @@ Only administrators (group ``system:masters``: the controllers) may call either.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from decimal import Decimal
 from typing import Any
 
@@ -212,7 +214,7 @@ async def postings(request: Request) -> Response:
     return response
 
 
-_COPY_TRIES = 5
+_COPY_TRIES = 20
 
 
 async def _show_credits(server: APIServer, project: str, ctx: RequestContext) -> None:
@@ -229,6 +231,9 @@ async def _show_credits(server: APIServer, project: str, ctx: RequestContext) ->
             if exc.reason != "Conflict":
                 log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
                 return
+            # Another movement's writer landed first; a jittered pause lets a burst of them drain (many Jobs of
+            # one project losing hosts at once) instead of every writer giving up together.
+            await asyncio.sleep(random.uniform(0.01, 0.05))
         except Exception:  # the next movement writes it again; verify reports a copy that lags
             log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
             return

@@ -60,6 +60,9 @@ class Hosts:
             return None
         if (node.get("spec") or {}).get("provider") != self._provider.name:
             return None  # a host someone else runs (an agent started by hand)
+        if (node.get("status") or {}).get("phase") in ("Ready", "Terminating") and not self._provider.is_up(name):
+            # A new leader: take over the hosts a previous one started before injecting faults into them.
+            self._provider.adopt(node)
         node = await self._faults(node)
         status = node.get("status") or {}
         phase = status.get("phase")
@@ -134,10 +137,10 @@ class Hosts:
             if self._provider.fail_boot(name) or phase == "Booting":
                 return await self._set_status(node, "Failed", "BootFailed", "The host failed to boot (simulated).")
             return node
-        notice = units.parse_duration(
-            (node["metadata"].get("annotations") or {}).get("sim.nodus.dev/preempt-notice") or "30s"
-        )
-        at = units.now() + notice
+        annotations = node["metadata"].get("annotations") or {}
+        notice = units.parse_duration(annotations.get("sim.nodus.dev/preempt-notice") or "30s")
+        # A retry (the status write below lost to a heartbeat) keeps the deadline the first try announced.
+        at = units.time_or_none(annotations.get(TERMINATE_AT_ANNOTATION)) or units.now() + notice
         patch = {
             "metadata": {"annotations": {TERMINATE_AT_ANNOTATION: units.format_time(at)}},
             "spec": {"unschedulable": True},
@@ -147,8 +150,10 @@ class Hosts:
         return await self._set_status(node, "Terminating", "Preempted", message)
 
     async def _set_status(self, node: Object, phase: str, reason: str, message: str) -> Object:
-        status = {**(node.get("status") or {}), "phase": phase, "reason": reason, "message": message}
-        return await self._client.update("nodes", {**node, "status": status}, subresource="status")
+        """A merge patch of the phase, without a precondition: the agent's heartbeats write the same status every
+        half second, and a guarded write would lose to them again and again."""
+        patch = {"status": {"phase": phase, "reason": reason, "message": message}}
+        return await self._client.patch("nodes", node["metadata"]["name"], patch, subresource="status")
 
 
 def _pid(node: Object) -> int | None:

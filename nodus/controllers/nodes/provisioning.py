@@ -15,6 +15,7 @@ reuse grace, so the next index of the same Job lands on it) and then marks them 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -62,8 +63,8 @@ def idle_since(node: Object, ran: list[Object]) -> str:
     return max([start, *ended])
 
 
-def node_for(offering: Object, provider: str, now: str) -> Object:
-    name = f"{offering['metadata']['name']}-{secrets.token_hex(3)}"
+def node_for(offering: Object, provider: str, now: str, name: str | None = None) -> Object:
+    name = name or f"{offering['metadata']['name']}-{secrets.token_hex(3)}"
     spec = offering.get("spec") or {}
     capacity = {k: spec[k] for k in ("memory", "disk") if spec.get(k)}
     capacity.update(gpus=int(spec.get("gpus") or 0), cpu=str(spec.get("vcpu", "")))
@@ -119,10 +120,7 @@ class AttemptProvisioner:
             offering = self._offerings.get(None, placement["offering"])
             if offering is None:
                 raise RuntimeError(f"offering {placement['offering']} is gone")
-            node = await self._client.create(
-                "nodes", node_for(offering, self._provider, units.format_time(units.now()))
-            )
-            node_name = node["metadata"]["name"]
+            node_name = await self._new_node(offering, attempt)
         # Billing starts when capacity is assigned (not when the attempt was placed: it may have waited for
         # its hold since). The time is written first and the node second: billing needs both, so a
         # controller killed between the two writes leaves an attempt that bills nothing yet, and the retry
@@ -144,6 +142,22 @@ class AttemptProvisioner:
         }
         await self._client.patch("attempts", key[1], patch, namespace)
         return None
+
+    async def _new_node(self, offering: Object, attempt: Object) -> str:
+        """A new host for ``attempt``, named after the attempt: a retry after a conflict (or a failover mid-way)
+        finds the host it already created instead of booting another one."""
+        digest = hashlib.sha256(str(attempt["metadata"]["uid"]).encode()).hexdigest()[:6]
+        name = f"{offering['metadata']['name']}-{digest}"
+        now = units.format_time(units.now())
+        try:
+            created = await self._client.create("nodes", node_for(offering, self._provider, now, name))
+            return str(created["metadata"]["name"])
+        except errors.AlreadyExists:
+            existing = self._nodes.get(None, name) or await self._client.get("nodes", name)
+            if (existing.get("status") or {}).get("phase") in USABLE_NODE_PHASES and self._free(name, attempt):
+                return name
+        created = await self._client.create("nodes", node_for(offering, self._provider, now))
+        return str(created["metadata"]["name"])
 
     def _free(self, node_name: str, attempt: Object) -> bool:
         node = self._nodes.get(None, node_name)

@@ -67,6 +67,7 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         if not identity:
             raise ValueError("identity must not be empty")
@@ -79,6 +80,8 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self._leading = False
+        # Called when the lease is lost (not on shutdown): what the leader owned now belongs to the next one.
+        self._on_lost = on_lost
         self._renewed_at = 0.0  # loop time at which the last successful acquire/renew was sent
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
@@ -107,6 +110,8 @@ class LeaderElector:
                     return
                 self._leading = False
                 self._log.warning("%s lost the lease; standing by", self.identity)
+                if self._on_lost is not None:
+                    self._on_lost()
         finally:
             if self._leading:
                 self._leading = False

@@ -133,6 +133,7 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
     finally:
         for process in {id(p): p for p in (leader, running.controllers, *running.others)}.values():
             process.stop()
+        controllers.kill_leftover_agents(directory)
         cluster.stop()
         https.close()
         asyncio.run(database.drop_database(url))

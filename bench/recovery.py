@@ -41,7 +41,6 @@ import contextlib
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -94,21 +93,10 @@ def _start_controller(kubeconfig: Path, directory: Path, hosts: Path, flags: lis
 
 
 def _kill_agents(hosts: Path) -> int:
-    """SIGKILL every simulated host of this run still alive (a ``nodus agent`` working under ``hosts``, in its
-    own session): those the controllers did not take down (leaked, or adopted by no one)."""
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"agent" in argv and any(arg.startswith(str(hosts).encode()) for arg in argv):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
+    """SIGKILL every simulated host of this run still alive: those the controllers did not take down."""
+    from tests.support.controllers import kill_agents_under
+
+    return kill_agents_under(hosts)
 
 
 async def _leader(client: Any) -> str:

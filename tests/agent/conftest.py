@@ -8,6 +8,8 @@ import pytest
 
 from nodus.agent import runtime
 from nodus.agent.layout import AttemptLayout
+from nodus.agent.snapshots import Mirror
+from tests.agent.trees import STATE
 
 
 @pytest.fixture
@@ -22,3 +24,16 @@ def sandbox() -> runtime.Runtime:
 @pytest.fixture
 def layout(tmp_path: Path) -> AttemptLayout:
     return AttemptLayout.create(tmp_path / "attempts", "train-0-1")
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """The checkpoint root ``/nodus/state`` of the snapshot, manifest and restore tests, on the host."""
+    root = tmp_path / "state"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def mirror(tmp_path: Path, state: Path) -> Mirror:
+    return Mirror(tmp_path / "mirror", {STATE: state})

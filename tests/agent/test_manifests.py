@@ -14,18 +14,6 @@ from nodus.agent.snapshots import Mirror
 from tests.agent.trees import CREATED, STATE, checkpoint, make_tree
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    root = tmp_path / "state"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def mirror(tmp_path: Path, state: Path) -> Mirror:
-    return Mirror(tmp_path / "mirror", {STATE: state})
-
-
 def test_a_manifest_round_trips_through_canonical_bytes(mirror: Mirror, state: Path) -> None:
     make_tree(state)
     manifest = checkpoint(mirror, seq=7)

@@ -14,18 +14,6 @@ from nodus.agent.snapshots import Mirror
 from tests.agent.trees import CREATED, STATE, checkpoint, chunks_of, make_tree, tree
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    root = tmp_path / "state"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def mirror(tmp_path: Path, state: Path) -> Mirror:
-    return Mirror(tmp_path / "mirror", {STATE: state})
-
-
 def test_restore_makes_the_roots_exactly_the_checkpoint(tmp_path: Path, mirror: Mirror, state: Path) -> None:
     make_tree(state)
     (state / "sub" / "readonly").mkdir()

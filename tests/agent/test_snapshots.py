@@ -14,18 +14,6 @@ from nodus.agent.snapshots import Mirror, TooLarge
 from tests.agent.trees import CREATED, STATE, checkpoint, chunks_of, make_tree
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    root = tmp_path / "state"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def mirror(tmp_path: Path, state: Path) -> Mirror:
-    return Mirror(tmp_path / "mirror", {STATE: state})
-
-
 def test_stage_copies_only_new_and_changed_files(mirror: Mirror, state: Path) -> None:
     (state / "a.bin").write_bytes(os.urandom(1000))
     (state / "b.bin").write_bytes(os.urandom(2000))

@@ -125,9 +125,14 @@ def wait_ready(cluster: Cluster) -> None:
 
 
 def kill_leftover_agents(directory: Path) -> int:
-    """SIGKILL every ``nodus agent`` still working under ``directory / "hosts"`` (and its session): hosts that
-    no controller took down (one SIGKILLed, or stopped past its timeout). Returns how many were found."""
-    hosts = str((directory / "hosts").resolve()).encode()
+    """SIGKILL every ``nodus agent`` still working under ``directory / "hosts"`` (where :func:`start` puts the
+    simulated hosts): hosts that no controller took down (one SIGKILLed, or stopped past its timeout)."""
+    return kill_agents_under(directory / "hosts")
+
+
+def kill_agents_under(hosts_directory: Path) -> int:
+    """SIGKILL every ``nodus agent`` working under ``hosts_directory``, with its session; how many there were."""
+    hosts = str(hosts_directory.resolve()).encode()
     found = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -25,6 +25,9 @@ from tests.e2e.running.test_jobs import create, kubectl, patch_spec
 pytestmark = pytest.mark.e2e
 
 SCALE = 0.05
+# Programs that need only the standard library run on the host's Python, visible read-only in the sandbox;
+# the test's own venv may sit under /tmp, which the sandbox replaces with its own.
+PYTHON = "/usr/bin/python3"
 TRAIN = Path(__file__).resolve().parents[2] / "support" / "programs" / "train_torch.py"
 SPOT = {"resources": {"gpu": {"count": 1, "type": ["rtx4090-24g"]}}, "placement": {"interruptible": "Prefer"}}
 # A counter kept in /nodus/state: resumes from what was restored, counts to $1 with a pause per step, and
@@ -52,10 +55,17 @@ print("done", n, flush=True)
 """
 
 
+def skip_unless_the_sandbox_sees_this_python() -> None:
+    """PyTorch lives in the test's venv: programs can run it only when the sandbox shows it (not under /tmp)."""
+    for path in (Path(sys.prefix), TRAIN):
+        if path.resolve().is_relative_to("/tmp"):
+            pytest.skip(f"{path} is under /tmp, which the agent's sandbox replaces with a private one")
+
+
 def counter(steps: int, pause: float, interval: str = "1m", **spec: Any) -> dict[str, Any]:
     recovery = {"checkpoint": {"interval": interval}, **spec.pop("recovery", {})}
     return {
-        "command": [sys.executable, "-c", COUNTER, str(steps), str(pause)],
+        "command": [PYTHON, "-c", COUNTER, str(steps), str(pause)],
         "resources": {"cpu": "1"},
         "recovery": recovery,
         **spec,
@@ -150,7 +160,7 @@ def test_a_program_that_never_acknowledges_gets_crash_consistent_snapshots(runni
         running,
         project,
         "silent",
-        command=[sys.executable, "-c", script],
+        command=[PYTHON, "-c", script],
         resources={"cpu": "1"},
         recovery={"checkpoint": {"interval": "1m"}},
     )
@@ -225,7 +235,7 @@ def test_a_restartable_job_gets_its_cursor_back(running: Running) -> None:
         running,
         project,
         "rows",
-        command=[sys.executable, "-c", script],
+        command=[PYTHON, "-c", script],
         resources={"cpu": "1"},
         recovery={"continuity": "Restartable"},
     )
@@ -250,7 +260,7 @@ def test_a_checkpoint_above_max_size_is_refused_before_upload(running: Running) 
         "open(os.path.join(os.environ['NODUS_CHECKPOINT_DIR'], 'big'), 'wb').write(os.urandom(3000))\n"
         "time.sleep(30)\n"
     )
-    spec = {"command": [sys.executable, "-c", script], "resources": {"cpu": "1"}}
+    spec = {"command": [PYTHON, "-c", script], "resources": {"cpu": "1"}}
     create(running, project, "big", **spec, recovery={"checkpoint": {"interval": "1m", "maxSize": "2Ki"}})
 
     def failure() -> dict[str, Any] | None:
@@ -269,6 +279,7 @@ def test_a_checkpoint_above_max_size_is_refused_before_upload(running: Running) 
 def test_pytorch_training_preempted_five_times_ends_bit_identical(running: Running, tmp_path: Path) -> None:
     """A real PyTorch program on interruptible capacity, preempted at random moments, finishes with the
     weights an uninterrupted run gets, losing at most one checkpoint interval of work per preemption."""
+    skip_unless_the_sandbox_sees_this_python()
     steps, pause = 300, 0.1
     reference = subprocess.run(
         [sys.executable, str(TRAIN), str(steps), "0", "--local", str(tmp_path / "reference")],
@@ -338,7 +349,7 @@ def test_a_suspend_whose_checkpoint_keeps_failing_leaves_the_job_running(running
         "print('ready', flush=True)\n"
         "time.sleep(120)\n"
     )
-    spec = {"command": [sys.executable, "-c", script], "resources": {"cpu": "1"}}
+    spec = {"command": [PYTHON, "-c", script], "resources": {"cpu": "1"}}
     create(running, project, "stuck", **spec, recovery={"checkpoint": {"interval": "6h", "maxSize": "2Ki"}})
     running.wait_for("the program to run", lambda: "ready" in attempt_log(running, project, "stuck", 1))
     patch_spec(running, project, "stuck", {"state": "Suspended"})

@@ -67,10 +67,7 @@ def latest_checkpoint(slot: Slot) -> Object | None:
                 "attempt": attempt["metadata"]["name"],
                 **{k: committed[k] for k in ("size", "time") if committed.get(k) is not None},
             }
-    if best is None:
-        # Nothing committed since: the checkpoint the newest attempt restored is still the latest.
-        restored = [a["spec"]["restore"] for a in slot.attempts if (a.get("spec") or {}).get("restore")]
-        best = max(restored, key=lambda r: int(r["seq"]), default=None)
+    # (A restored checkpoint needs no second look: the attempt that committed it is in the slot too.)
     return best
 
 

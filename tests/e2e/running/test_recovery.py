@@ -62,14 +62,14 @@ def skip_unless_the_sandbox_sees_this_python() -> None:
             pytest.skip(f"{path} is under /tmp, which the agent's sandbox replaces with a private one")
 
 
+def python(script: str, *args: str) -> dict[str, Any]:
+    """A Job spec running ``script`` (standard library only) on the host's Python, on one CPU-only host."""
+    return {"command": [PYTHON, "-c", script, *args], "resources": {"cpu": "1"}}
+
+
 def counter(steps: int, pause: float, interval: str = "1m", **spec: Any) -> dict[str, Any]:
     recovery = {"checkpoint": {"interval": interval}, **spec.pop("recovery", {})}
-    return {
-        "command": [PYTHON, "-c", COUNTER, str(steps), str(pause)],
-        "resources": {"cpu": "1"},
-        "recovery": recovery,
-        **spec,
-    }
+    return {**python(COUNTER, str(steps), str(pause)), "recovery": recovery, **spec}
 
 
 def by_number(running: Running, project: str, job: str) -> list[dict[str, Any]]:
@@ -160,8 +160,7 @@ def test_a_program_that_never_acknowledges_gets_crash_consistent_snapshots(runni
         running,
         project,
         "silent",
-        command=[PYTHON, "-c", script],
-        resources={"cpu": "1"},
+        **python(script),
         recovery={"checkpoint": {"interval": "1m"}},
     )
     attempt = committed(running, project, "silent", at_least=2)
@@ -235,8 +234,7 @@ def test_a_restartable_job_gets_its_cursor_back(running: Running) -> None:
         running,
         project,
         "rows",
-        command=[PYTHON, "-c", script],
-        resources={"cpu": "1"},
+        **python(script),
         recovery={"continuity": "Restartable"},
     )
     running.wait_for(
@@ -260,7 +258,7 @@ def test_a_checkpoint_above_max_size_is_refused_before_upload(running: Running) 
         "open(os.path.join(os.environ['NODUS_CHECKPOINT_DIR'], 'big'), 'wb').write(os.urandom(3000))\n"
         "time.sleep(30)\n"
     )
-    spec = {"command": [PYTHON, "-c", script], "resources": {"cpu": "1"}}
+    spec = python(script)
     create(running, project, "big", **spec, recovery={"checkpoint": {"interval": "1m", "maxSize": "2Ki"}})
 
     def failure() -> dict[str, Any] | None:
@@ -349,7 +347,7 @@ def test_a_suspend_whose_checkpoint_keeps_failing_leaves_the_job_running(running
         "print('ready', flush=True)\n"
         "time.sleep(120)\n"
     )
-    spec = {"command": [PYTHON, "-c", script], "resources": {"cpu": "1"}}
+    spec = python(script)
     create(running, project, "stuck", **spec, recovery={"checkpoint": {"interval": "6h", "maxSize": "2Ki"}})
     running.wait_for("the program to run", lambda: "ready" in attempt_log(running, project, "stuck", 1))
     patch_spec(running, project, "stuck", {"state": "Suspended"})

@@ -60,6 +60,8 @@ REQUEST_FILE, ACK_FILE, SIGNAL_FILE = "request", "ack", "signal"
 SIGNALS = {"SIGUSR1": signal.SIGUSR1, "SIGUSR2": signal.SIGUSR2}
 MIN_INTERVAL, MAX_INTERVAL = timedelta(minutes=1), timedelta(hours=6)
 ON_DEMAND_MTBI = timedelta(days=7)
+# A gang rank keeps its last few shards in status.gang.shards: a gang checkpoint needs every rank's of one request.
+GANG_SHARDS_KEPT = 4
 # The checkpoint cost assumed before one has been measured.
 FIRST_COST = timedelta(seconds=30)
 FIRST_ACK_WAIT = timedelta(seconds=30)
@@ -188,6 +190,10 @@ class Checkpointer:
         self._labels = {"job": str(spec.get("job")), "index": str(spec.get("index", 0)), "attempt": self._name}
         self._complete_by = units.time_or_none(spec.get("completeByTime"))
         restore = spec.get("restore") or {}
+        # A gang rank (DECISIONS 4: one shard per rank) lists its committed shards under the gang request each
+        # answered; only rank 0 writes a torch.distributed.checkpoint's .metadata.
+        self._rank: int | None = int(spec.get("rank") or 0) if spec.get("gang") else None
+        self._shards: list[Object] = []
         self.seq = int(restore.get("seq") or 0)
         self.restored_from = int(restore["seq"]) if restore.get("seq") else None
         self.mirror = snapshots.Mirror(layout.mirror, policy.roots)
@@ -208,11 +214,16 @@ class Checkpointer:
 
     async def restore(self) -> None:
         """Restore ``spec.restore`` into the paths (before the program starts). Raises CheckpointError."""
-        restore = (self._attempt.get("spec") or {}).get("restore") or {}
+        spec = self._attempt.get("spec") or {}
+        restore = spec.get("restore") or {}
         if not restore.get("manifest"):
             return
+        shards = (spec.get("gang") or {}).get("restoreShards") or []
+        # Every rank's shard, this rank's last: a rank needs rank 0's .metadata beside its own files.
+        own = [str(restore["manifest"])]
+        digests = [str(s["manifest"]) for s in shards if str(s["manifest"]) not in own] + own
         try:
-            await self.store.restore(str(restore["manifest"]), self.policy.roots, self.mirror)
+            await self.store.restore(digests, self.policy.roots, self.mirror)
         except checkpointstore.CheckpointFailed as exc:
             raise CheckpointError(
                 "RestoreFailed", f"Checkpoint {restore.get('seq')} could not be restored: {exc}"
@@ -278,6 +289,9 @@ class Checkpointer:
             self._status.update(committed, failures=0, lastFailure=None)
             if request is not None:
                 self._status["handledRequest"] = request
+                if self._rank is not None:
+                    shard = {k: committed[k] for k in ("seq", "manifest", "size", "time")}
+                    self._shards = [*self._shards, {"request": request, **shard}][-GANG_SHARDS_KEPT:]
             return await self._commit(seq)
 
     async def _take(self, seq: int, reason: str, deadline: datetime | None) -> Object | None:
@@ -288,8 +302,8 @@ class Checkpointer:
         assert staged is not None
         if staged.files == 0 and self.seq == 0:
             return None
-        if self.policy.format == "Dcp":
-            self._check_dcp()
+        if self.policy.format == "Dcp" and not self._rank:
+            self._check_dcp()  # only rank 0's directory gets the .metadata
         manifest = await asyncio.to_thread(
             self.mirror.manifest, staged, seq, self.policy.format, units.format_time(units.now()), self._labels
         )
@@ -424,7 +438,9 @@ class Checkpointer:
 
     async def report(self) -> bool:
         """Write ``status.checkpoint`` as it stands; False if the API server refused it."""
-        body = {"status": {"checkpoint": _with_nulls(self._status)}}
+        body: Object = {"status": {"checkpoint": _with_nulls(self._status)}}
+        if self._shards:
+            body["status"]["gang"] = {"shards": self._shards}
         for delay in (0.2, 0.5, 1, 2, 5, 5, 10):
             try:
                 await self._client.patch("attempts", self._name, body, self._namespace, subresource="status")

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from nodus.agent import restoring
-from nodus.agent.manifests import Manifest, ManifestInvalid
+from nodus.agent.manifests import Manifest, ManifestInvalid, merge
 from nodus.agent.restoring import RestoreFailed
 from nodus.agent.snapshots import Mirror
 from nodus.client import Client, errors, rest
@@ -139,18 +139,28 @@ class CheckpointStore:
             chunks_total=len(wanted),
         )
 
-    async def restore(self, manifest_digest: str, roots: Mapping[str, Path], mirror: Mirror) -> Manifest:
+    async def restore(
+        self, manifest_digest: str | Sequence[str], roots: Mapping[str, Path], mirror: Mirror
+    ) -> Manifest:
         """Make ``roots`` (the mirror's) exactly checkpoint ``manifest_digest``, then seed the mirror and
         :attr:`known` with it, so that the next checkpoint sends only what changed. All or nothing: on
-        :class:`CheckpointFailed` the roots are as they were."""
+        :class:`CheckpointFailed` the roots are as they were. Several digests (a gang checkpoint's shards)
+        are restored as one tree, a later shard's file winning a path two hold (``manifests.merge``)."""
         if dict(roots) != mirror.roots:
             raise ValueError("restore into the mirror's roots, so that the mirror learns what was restored")
-        where = f"restoring checkpoint {manifest_digest}"
-        body = await self._get(manifest_digest, MAX_MANIFEST_SIZE, "its manifest", where)
-        if (actual := _digest(body)) != manifest_digest:
-            raise CheckpointFailed(f"{where}: the manifest's bytes hash to {actual}: damaged in the store")
+        digests = [manifest_digest] if isinstance(manifest_digest, str) else list(manifest_digest)
+        where = f"restoring checkpoint {', '.join(digests)}"
+        parts = []
+        for digest in digests:
+            body = await self._get(digest, MAX_MANIFEST_SIZE, "its manifest", where)
+            if (actual := _digest(body)) != digest:
+                raise CheckpointFailed(f"{where}: the manifest's bytes hash to {actual}: damaged in the store")
+            try:
+                parts.append(Manifest.from_bytes(body))
+            except ManifestInvalid as exc:
+                raise CheckpointFailed(f"{where}: {exc}") from None
         try:
-            manifest = Manifest.from_bytes(body)
+            manifest = parts[0] if len(parts) == 1 else merge(parts)
             restoration = await asyncio.to_thread(restoring.Restoration, manifest, roots)
         except (ManifestInvalid, RestoreFailed, OSError) as exc:
             raise CheckpointFailed(f"{where}: {exc}") from None

@@ -70,8 +70,9 @@ async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepar
     collected = Collected()
     staging = layout.directory / "collect"
     staging.mkdir(exist_ok=True)
-    declared = [(str(o["name"]), str(o["path"]), o.get("sink")) for o in spec.get("outputs") or []]
-    if any(layout.outputs.iterdir()):
+    outputs = [o for o in spec.get("outputs") or [] if _collected_here(o, spec)]
+    declared = [(str(o["name"]), str(o["path"]), o.get("sink")) for o in outputs]
+    if any(layout.outputs.iterdir()) and _collected_here({}, spec):
         declared.append((IMPLICIT_OUTPUT, f"{SANDBOX_NODUS_DIR}/outputs", None))
     connections = {str(c["name"]): c for c in spec.get("connections") or []}
     for name, path, sink in declared:
@@ -84,6 +85,8 @@ async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepar
                 "writable Volume (/tmp is private to the sandbox).",
             )
         output = await _commit(client, namespace, name, path, source, staging)
+        if spec.get("gang"):
+            output["rank"] = int(spec.get("rank") or 0)
         if sink:
             output["sink"] = await _load(sink, source, connections, prepared)
         collected.outputs.append(output)
@@ -91,6 +94,14 @@ async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepar
         if not mount.get("readOnly"):
             collected.volumes.append(await _new_revision(client, namespace, attempt, mount, prepared, staging))
     return collected
+
+
+def _collected_here(output: Object, spec: Object) -> bool:
+    """A gang rank collects an output only when it is rank 0 or the output says ``fromRanks: All``; the implicit
+    ``outputs`` is rank 0's. Each gang rank's output is committed with its ``rank`` (``?rank=N`` downloads it)."""
+    if not spec.get("gang"):
+        return True
+    return int(spec.get("rank") or 0) == 0 or output.get("fromRanks") == "All"
 
 
 async def _commit(client: Client, namespace: str, name: str, path: str, source: Path, staging: Path) -> Object:

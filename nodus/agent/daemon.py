@@ -54,6 +54,8 @@ class AgentSettings:
     trust_ca: str | None = None
     # Multiplies checkpoint intervals and waits: tests run an hour of cadence in minutes.
     checkpoint_time_scale: float = 1.0
+    # Where a gang's other hosts reach this one (its mesh endpoint and, on rank 0, the rendezvous).
+    advertise_address: str = "127.0.0.1"
 
 
 class Agent:
@@ -100,6 +102,7 @@ class Agent:
             trust_ca=self.settings.trust_ca,
             mtbi=_mtbi(spec),
             checkpoint_time_scale=self.settings.checkpoint_time_scale,
+            mesh_host=self.settings.advertise_address,
         )
         try:
             node = await self.client.get("nodes", name)

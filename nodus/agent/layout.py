@@ -9,6 +9,7 @@ Every attempt gets ``<root>/<attempt name>/`` on the host::
     nodus/scratch/   -> /nodus/scratch
     nodus/connections/ -> /nodus/connections (read-only inside; mode 0700 on the host)
     nodus/checkpoint/ -> /nodus/checkpoint (the checkpoint protocol's request and ack files)
+    nodus/gang/      -> /nodus/gang     (read-only inside: a gang launcher's files, such as a hostfile)
     nodus/progress   -> /nodus/progress (a file the program appends progress lines to)
     workdir/         -> the attempt's working directory (``spec.workingDir``, e.g. /workspace)
 
@@ -25,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The directories under /nodus/ inside the sandbox, in the order of the contract.
-NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections", "checkpoint")
+NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections", "checkpoint", "gang")
 # The directories the program may read but not change.
-READ_ONLY_DIRECTORIES = frozenset({"inputs", "connections"})
+READ_ONLY_DIRECTORIES = frozenset({"inputs", "connections", "gang"})
 # Mount point of the layout's nodus/ directory inside the sandbox.
 SANDBOX_NODUS_DIR = "/nodus"
 # The progress protocol's file (nodus.agent.progress), bound on its own: /nodus itself is read-only.
@@ -101,6 +102,11 @@ class AttemptLayout:
     def checkpoint(self) -> Path:
         """Host path of ``/nodus/checkpoint``: the request, ack and signal files (``nodus.agent.checkpointing``)."""
         return self.nodus_dir / "checkpoint"
+
+    @property
+    def gang(self) -> Path:
+        """Host path of ``/nodus/gang``: what a gang launcher writes for the program (``nodus.agent.launchers``)."""
+        return self.nodus_dir / "gang"
 
     @property
     def mirror(self) -> Path:

@@ -250,3 +250,28 @@ def _string(body: dict[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise ManifestInvalid(f"{where}: {key} must be a string, got {value!r}")
     return value
+
+
+def merge(manifests: list[Manifest]) -> Manifest:
+    """One manifest holding every entry of ``manifests``, a later one's entry winning a path both hold: the
+    shards of one gang checkpoint (each rank's files, and rank 0's ``.metadata``) restored as one tree.
+    Raises :class:`ManifestInvalid` when they cannot be one (different chunk sizes, or a result that fails
+    :meth:`Manifest.check`, such as a path that is a file in one and a directory in another)."""
+    if not manifests:
+        raise ManifestInvalid("nothing to merge")
+    first = manifests[-1]
+    if any(m.chunk_size != first.chunk_size for m in manifests):
+        raise ManifestInvalid("the shards were written with different chunk sizes")
+    paths = list(dict.fromkeys(path for m in manifests for path in m.paths))
+    entries = {entry.path: entry for m in manifests for entry in m.entries}
+    merged = Manifest(
+        format=first.format,
+        seq=first.seq,
+        paths=paths,
+        chunk_size=first.chunk_size,
+        entries=sorted(entries.values(), key=lambda e: e.path.split("/")),
+        created=first.created,
+        labels=dict(first.labels),
+    )
+    merged.check()
+    return merged

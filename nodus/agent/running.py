@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodus.agent import checkpointing, collecting, materializing, progress
+from nodus.agent import checkpointing, collecting, ganging, materializing, meshing, progress
 from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
 from nodus.agent.runtime import Egress, Exit, Process, RunSpec, Runtime, Sidecar
@@ -65,6 +65,8 @@ class HostFacts:
     mtbi: timedelta | None = None
     # Shrinks checkpoint intervals and waits (tests run minutes of cadence in seconds).
     checkpoint_time_scale: float = 1.0
+    # The address a gang's peers reach this host's mesh endpoint and rendezvous at.
+    mesh_host: str = "127.0.0.1"
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
@@ -266,14 +268,9 @@ class AttemptRun:
             )
             return None
         self._masked = masked_values(prepared.secret_values)
-        ready: Object = {"inputsReadyTime": _now()}
-        if prepared.inputs:
-            ready["inputs"] = prepared.inputs
-        if prepared.source:
-            ready["source"] = prepared.source
         if spec.get("initCommand"):
-            await self._report(**ready)  # the init command may take long: say the inputs are in place now
-            ready = {}
+            # The init command may take long: say the inputs are in place now.
+            await self._report(**_inputs_ready(prepared))
         try:
             policy = checkpointing.Policy.of(spec, lambda path: collecting.host_path(path, layout, prepared))
         except checkpointing.CheckpointError as exc:
@@ -295,10 +292,49 @@ class AttemptRun:
                 # Nodus could not give the program its state back: lost, not the customer's failure.
                 await self._report(phase="Lost", reason=restored.reason, message=str(restored), finishTime=_now())
                 return None
+        gang: ganging.Joined | None = None
+        if spec.get("gang"):
+            joined = await self._unless_stopped(self._join(layout, argv))
+            if joined is None:
+                return await self._report_stopped_early()
+            if not isinstance(joined, ganging.Joined):
+                # Nodus could not mesh the gang: lost (the assembly is tried again), not the customer's failure.
+                await self._report(
+                    phase="Lost", reason="MeshFailed", message=scrub(str(joined), 2000), finishTime=_now()
+                )
+                return None
+            gang, argv = joined, joined.argv
+        try:
+            await self._start(layout, shipper, argv, prepared, policy, gang)
+        finally:
+            if gang is not None:
+                await gang.close()
+        return None
+
+    async def _join(self, layout: AttemptLayout, argv: list[str]) -> ganging.Joined | meshing.MeshFailed:
+        """Meet the gang, or why it could not be met."""
+        try:
+            return await ganging.join(self.client, self.attempt, layout, argv, self.host.mesh_host)
+        except meshing.MeshFailed as exc:
+            return exc
+
+    async def _start(
+        self,
+        layout: AttemptLayout,
+        shipper: LogShipper,
+        argv: list[str],
+        prepared: Prepared,
+        policy: checkpointing.Policy | None,
+        gang: ganging.Joined | None,
+    ) -> None:
+        spec = self.attempt.get("spec") or {}
+        working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
+        ready: Object = {} if spec.get("initCommand") else _inputs_ready(prepared)
         env = {
             **environment(self.attempt, self.host),
             **prepared.env,
             **checkpointing.environment(spec, policy),
+            **(gang.env if gang is not None else {}),
             "NODUS_PROGRESS_FILE": PROGRESS_FILE,
         }
         base = RunSpec(
@@ -330,7 +366,8 @@ class AttemptRun:
         stopper = asyncio.create_task(self._stop_when_asked(self.process))
         if self.checkpointer is not None:
             self.checkpointer.process = self.process
-            self._start_cadence()
+            if gang is None:
+                self._start_cadence()  # a gang's checkpoints are requested of every rank at once, by the controller
         ended = await self.process.wait()
         await self._end_checkpoints(stopper)
         stopper.cancel()
@@ -570,3 +607,12 @@ class AttemptRun:
 
 def _now() -> str:
     return units.format_time(units.now())
+
+
+def _inputs_ready(prepared: Prepared) -> Object:
+    ready: Object = {"inputsReadyTime": _now()}
+    if prepared.inputs:
+        ready["inputs"] = prepared.inputs
+    if prepared.source:
+        ready["source"] = prepared.source
+    return ready

@@ -21,6 +21,7 @@ import base64
 import binascii
 import time
 import zlib
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -29,7 +30,7 @@ import orjson
 
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
-from nodus.apimachinery import estimates, units, workloads
+from nodus.apimachinery import estimates, topology, units, workloads
 from nodus.apimachinery.money import text
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.billing import budgets, estimating, ledger
@@ -84,6 +85,9 @@ class JobEstimates:
                 annotations = job["metadata"].setdefault("annotations", {})
                 annotations[estimates.RATE_CEILING] = text(estimates.ceiling(Decimal(str(rate))))
         job.setdefault("status", {})["estimate"] = estimate
+        resolved = topology.resolve(job.get("spec") or {}, _accelerator(estimate, inputs.offerings))
+        if resolved is not None:
+            job["status"]["topology"] = resolved  # DECISIONS 12: resolved once, at admission
         if ctx.dry_run:
             if self._keyring is not None:
                 ctx.response_headers["ETag"] = f'"{self._seal(namespace, job, estimate)}"'
@@ -228,3 +232,9 @@ def _unpad(part: str) -> str:
 
 def _seconds(delta: timedelta) -> Decimal:
     return max(Decimal(str(delta.total_seconds())), Decimal(0))
+
+
+def _accelerator(estimate: Object, offerings: Sequence[Offering]) -> str | None:
+    """The accelerator variant of the offering the estimate placed the Job on, if it placed it."""
+    chosen = (estimate.get("placementPreview") or {}).get("offering")
+    return next((o.accelerator for o in offerings if o.id == chosen), None)

@@ -96,8 +96,8 @@ _add(
     "NotYetSupported",
     "The Job uses a field this Nodus release does not run yet.",
     "Remove the fields named in the message, or wait for the release that runs them.",
-    "Gangs (distributed) and bring-your-own-cloud pools are accepted by the API but not run yet, so a Job using "
-    "them would run wrongly; it fails at admission instead, before anything starts.",
+    "Bring-your-own-cloud pools are accepted by the API but not run yet, so a Job using one would run wrongly; "
+    "it fails at admission instead, before anything starts.",
 )
 _add(
     "Error",
@@ -321,4 +321,48 @@ _add(
     "Keep checkpoint paths under /nodus/state (the default), the working directory or a writable Volume.",
     "Checkpoints copy the files under each path after the program wrote them; a path on the sandbox's own "
     "filesystem (/tmp) disappears with the program and cannot be checkpointed.",
+)
+_add(
+    "GangAssemblyFailed",
+    "The gang's members did not all come up and mesh, more times in a row than distributed.maxAssemblyRetries allows.",
+    "Read the message for the ranks that never came and how far each got; choose other capacity "
+    "(spec.placement.offerings, a wider distributed.network) or raise distributed.startupTimeout.",
+    "Every member must boot, register and probe its peers within distributed.startupTimeout; an assembly that "
+    "does not finish in time (or loses a member on the way) releases every member and is placed again, up to "
+    "maxAssemblyRetries times. Charges for the tries are bounded by status.estimate.assemblyBoundUSD.",
+)
+_add(
+    "AssemblyTimeout",
+    "The gang's members did not all start within distributed.startupTimeout.",
+    "Nothing, usually: the gang is placed again while distributed.maxAssemblyRetries allows.",
+    "An attempt stopped with this reason belonged to a gang epoch that did not assemble in time.",
+)
+_add(
+    "AssemblyFailed",
+    "A gang member was lost, or could not mesh with its peers, before the gang assembled.",
+    "Nothing, usually: the gang is placed again while distributed.maxAssemblyRetries allows.",
+    "A member lost during assembly (a failed boot, a peer it could not reach, a path the transport refuses) ends "
+    "the epoch's assembly; every member is released and the gang is placed again.",
+)
+_add(
+    "GangRestart",
+    "Another rank of the gang ended, so this rank was stopped to restart the gang together.",
+    "Nothing: the gang restarts as a new epoch from its latest gang checkpoint.",
+    "A gang runs and restarts as one: when a rank is lost or fails, the others are stopped and every rank starts "
+    "again in a new epoch (status.gang.epoch). Losses count against spec.recovery.maxAttempts.",
+)
+_add(
+    "GangComplete",
+    "Rank 0 of a Ray-led gang succeeded, so the other ranks (its workers) were stopped.",
+    "Nothing.",
+    "With launcher Ray or Verl the command runs on rank 0 only; the other ranks serve it and are stopped when it "
+    "is done.",
+)
+_add(
+    "MeshFailed",
+    "A gang member could not reach its peers' mesh endpoints.",
+    "Nothing, usually: the gang is placed again while distributed.maxAssemblyRetries allows. If it repeats, "
+    "check status.gang.members[].path and the attempts' status.gang.failure.",
+    "Before the command starts, every rank registers an endpoint and probes its peers' round trip and bandwidth; a "
+    "rank that cannot reach a peer ends Lost with this reason and the assembly is tried again.",
 )

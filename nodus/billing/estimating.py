@@ -42,13 +42,16 @@ from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from nodus.apimachinery import units
+from nodus.apimachinery import topology, units
 from nodus.apimachinery.money import INCREMENT_SECONDS, MICRO, charge, hold_for, text
 from nodus.scheduler import scoring
 from nodus.scheduler.cycle import Binding, Unschedulable, run_cycle
 from nodus.scheduler.snapshot import Host, Offering, Snapshot, Work
 
 DEFAULT_DURATION = timedelta(hours=1)
+# A timed-out assembly is still billed while its members stop: the controller notices, and each member has up
+# to its stop grace (30 s) to end. The assembly bound allows this much beyond startupTimeout.
+ASSEMBLY_STOP_ALLOWANCE = Decimal(60)
 #: How long an estimate's prices are current (``validUntil``); a bound create ignores it.
 VALIDITY = timedelta(minutes=15)
 HISTORY_SAMPLES = 200
@@ -222,7 +225,11 @@ def placement(inputs: Inputs, duration: Decimal) -> tuple[Binding | None, str]:
     work = Work.from_object(
         {
             "metadata": {"namespace": meta.get("namespace") or "", "name": meta.get("name") or "estimate"},
-            "spec": {key: spec[key] for key in ("resources", "placement") if spec.get(key) is not None},
+            "spec": {
+                key: value
+                for key, value in (("resources", topology.member_resources(spec)), ("placement", spec.get("placement")))
+                if value is not None
+            },
         }
     )
     work = dataclasses.replace(work, expected_duration=timedelta(seconds=float(duration)))
@@ -284,20 +291,16 @@ def _lognormal_moments(band: _Band) -> tuple[Decimal, Decimal]:
 
 
 def _members(spec: Mapping[str, Any]) -> int:
-    distributed = spec.get("distributed") or {}
-    if not distributed:
-        return 1
-    if distributed.get("nodes"):
-        return int(distributed["nodes"])
-    per_node = int(distributed.get("gpusPerNode") or ((spec.get("resources") or {}).get("gpu") or {}).get("count") or 1)
-    return max(-(-int(distributed.get("totalGPUs") or per_node) // per_node), 1)
+    """The gang size (DECISIONS 12), 1 for a Job that is not distributed."""
+    resolved = topology.shape_of(spec)
+    return resolved[0].nodes if resolved is not None else 1
 
 
 def _assembly_bound(spec: Mapping[str, Any], rate: Decimal, members: int) -> Decimal:
     """The most a gang costs if it never assembles: every try, every member billed for the whole
-    startupTimeout rounded up to the increment."""
+    startupTimeout and the stop that follows it (:data:`ASSEMBLY_STOP_ALLOWANCE`), rounded up to the increment."""
     distributed = spec.get("distributed") or {}
-    timeout = _secs(units.parse_duration(str(distributed.get("startupTimeout") or "15m")))
+    timeout = _secs(units.parse_duration(str(distributed.get("startupTimeout") or "15m"))) + ASSEMBLY_STOP_ALLOWANCE
     tries = int(distributed.get("maxAssemblyRetries") or 0) + 1
     billed = (timeout / INCREMENT_SECONDS).to_integral_value(rounding=ROUND_CEILING) * INCREMENT_SECONDS
     return charge(rate, billed) * members * tries

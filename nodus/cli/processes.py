@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
@@ -107,7 +108,21 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         "--sim-checkpoint-time-scale",
         type=float,
         default=1.0,
-        help="simulated agents' --checkpoint-time-scale (tests: 0.05 turns a 1m interval into 3s)",
+        help="simulated agents' --checkpoint-time-scale (tests: 0.05 turns a 1m interval into 3s); gang "
+        "checkpoint intervals, which the Job controller keeps, are scaled the same",
+    )
+    parser.add_argument(
+        "--sim-assembly-time-scale",
+        type=float,
+        default=1.0,
+        help="multiplies gang startupTimeouts (tests: 0.02 turns the 5m minimum into 6s)",
+    )
+    parser.add_argument(
+        "--sim-boot-hangs",
+        action="append",
+        default=[],
+        metavar="OFFERING",
+        help="hosts of this offering boot but never start their agent (repeatable): a gang member that never comes",
     )
 
 
@@ -131,6 +146,8 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
             agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
             checkpoint_time_scale=args.sim_checkpoint_time_scale,
+            assembly_time_scale=args.sim_assembly_time_scale,
+            boot_hangs=frozenset(args.sim_boot_hangs),
         )
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
@@ -198,6 +215,11 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="multiply checkpoint intervals and waits by this (below 1 only for tests and demonstrations)",
     )
     parser.add_argument(
+        "--advertise-address",
+        default=None,
+        help="the address a gang's other hosts reach this one at (default: this host name's address)",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -223,6 +245,7 @@ def agent(args: argparse.Namespace) -> None:
         heartbeat_interval=args.heartbeat_interval,
         trust_ca=str(args.trust_ca.resolve()) if args.trust_ca else None,
         checkpoint_time_scale=args.checkpoint_time_scale,
+        advertise_address=args.advertise_address or socket.gethostbyname(socket.gethostname()),
     )
     if not 0 < settings.checkpoint_time_scale <= 1000:
         raise SystemExit("nodus agent: --checkpoint-time-scale must be above 0")

@@ -50,6 +50,10 @@ class SimulatedCloudConfig:
     # Extra CA certificates agents trust for inputs and sources (a private HTTPS server in tests).
     agent_trust_ca: Path | None = None
     checkpoint_time_scale: float = 1.0
+    # Gang startupTimeouts are multiplied by this (tests: 0.02 turns the 5m minimum into 6s).
+    assembly_time_scale: float = 1.0
+    # Offerings whose hosts boot but never start their agent (a host that never registers).
+    boot_hangs: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -115,6 +119,9 @@ class SimulatedCloud:
 
     async def _boot(self, name: str, offering: Object, host: _Host) -> None:
         await asyncio.sleep(self.boot_delay(offering))
+        if offering["metadata"]["name"] in self.config.boot_hangs:
+            log.warning("simulated cloud: node %s booted but its agent never starts (--sim-boot-hangs)", name)
+            return
         spec = offering.get("spec") or {}
         work = self.config.work_dir / name
         work.mkdir(parents=True, exist_ok=True)
@@ -135,6 +142,8 @@ class SimulatedCloud:
             self.config.runtime,
             "--work-dir",
             str(work),
+            "--advertise-address",
+            "127.0.0.1",  # every simulated host is this machine
             "--heartbeat-interval",
             units.format_duration(self.config.heartbeat_interval)
             if self.config.heartbeat_interval.total_seconds() >= 1

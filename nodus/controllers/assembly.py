@@ -33,6 +33,7 @@ from nodus.controllers.billing import (
     waiting_for_credit,
 )
 from nodus.controllers.budgets import BudgetStatus
+from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
     WAITING_INDEX,
@@ -142,7 +143,11 @@ class Controllers:
         attempts.add_handler(enqueue_owner(job_queue, "Job"))
         for informer in (*referenced.values(), jobs):
             informer.add_handler(_enqueue_waiting_jobs(job_queue, jobs))
-        manager.add_controller("jobs", JobReconciler(client, jobs, attempts, referenced), job_queue, workers)
+        scales = TimeScales()
+        if settings.sim is not None:
+            scales = TimeScales(settings.sim.assembly_time_scale, settings.sim.checkpoint_time_scale)
+        job_reconciler = JobReconciler(client, jobs, attempts, referenced, scales=scales)
+        manager.add_controller("jobs", job_reconciler, job_queue, workers)
 
         jobs.add_index(PINNING_INDEX, pinned_secrets)
         pins_queue: WorkQueue[Any] = WorkQueue()

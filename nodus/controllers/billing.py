@@ -261,10 +261,15 @@ class AttemptBilling:
         number = int(spec.get("number") or 1)
         if number <= 1:
             return False
-        previous = self._attempts.get(
-            attempt["metadata"]["namespace"], f"{spec.get('job')}-{spec.get('index', 0)}-{number - 1}"
-        )
-        return previous is not None and (previous.get("status") or {}).get("phase") == "Lost"
+        earlier = f"{spec.get('job')}-{spec.get('index', 0)}-{number - 1}"
+        # A gang's new epoch replaces every rank of the last one: a loss of any of them makes it a Restore.
+        size = int((spec.get("gang") or {}).get("size") or 0)
+        names = [f"{earlier}-r{rank}" for rank in range(size)] if size else [earlier]
+        for name in names:
+            previous = self._attempts.get(attempt["metadata"]["namespace"], name)
+            if previous is not None and (previous.get("status") or {}).get("phase") == "Lost":
+                return True
+        return False
 
     async def _capture(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
         """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues."""

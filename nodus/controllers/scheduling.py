@@ -9,6 +9,12 @@ meanwhile (stopped, say) is refused and reconsidered next cycle rather than boun
 Between a write and the informer showing it, the loop *assumes* its bindings (as kube-scheduler
 does): an assumed attempt is not offered again and the capacity it took stays taken. An attempt
 placed on a new host holds that capacity as an in-flight host until the provisioner gives it a Node.
+
+The ranks of a gang epoch are bound together in one cycle or not at all (``nodus.scheduler.gangs``),
+but each binding is still its own write: when one fails, its rank stays Pending while its siblings
+are placed, and the next cycle places it beside them. For that the snapshot tells each pending rank
+where its epoch's placed siblings are (``Work.gang_placed``), counting assumed bindings the
+informer does not show yet.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since
+from nodus.controllers.jobs.slots import TERMINAL
+from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since, never_came
 from nodus.controllers.runtime.informers import Informer
 from nodus.scheduler import cycle as cycles
 from nodus.scheduler import snapshot as snapshots
@@ -49,7 +56,7 @@ class SchedulerLoop:
         self._writes = asyncio.Semaphore(concurrency)
         self._tick = tick
         self._wake = asyncio.Event()
-        self._assumed: dict[tuple[str, str], str | None] = {}  # attempt key -> warm node it took, if any
+        self._assumed: dict[tuple[str, str], cycles.Binding] = {}  # attempt key -> its binding being written
         self.cycle = 0
         for informer in (attempts, nodes, offerings):
             informer.add_handler(self._changed)
@@ -108,15 +115,39 @@ class SchedulerLoop:
         now = units.now()
         pending = self._pending() if pending is None else pending
         work = [snapshots.Work.from_object(a) for a in pending]
+        if any(w.gang is not None for w in work):
+            work = self._with_placed_siblings(work)
         offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
-        taken = {node for node in self._assumed.values() if node}
+        taken = {binding.node for binding in self._assumed.values() if binding.node}
         hosts = [self._host(node, taken) for node in self._nodes.items()]
         hosts += self._in_flight(now)
         return snapshots.Snapshot(cycle=self.cycle, now=now, work=work, offerings=offerings, hosts=hosts)
 
+    def _with_placed_siblings(self, work: list[snapshots.Work]) -> list[snapshots.Work]:
+        """``work`` with ``gang_placed`` filled: the offerings of each gang epoch's placed, unfinished ranks."""
+        wanted = {w.gang_key for w in work if w.gang_key is not None}
+        placed: dict[snapshots.GangKey, list[str]] = {}
+        for attempt in self._attempts.items():
+            gang = snapshots.gang_key(attempt)
+            if gang not in wanted:
+                continue
+            status = attempt.get("status") or {}
+            offering = (status.get("placement") or {}).get("offering")
+            assumed = self._assumed.get((attempt["metadata"]["namespace"], attempt["metadata"]["name"]))
+            if offering is None and assumed is not None:
+                offering = assumed.offering  # bound by this loop; the informer has not shown it yet
+            if offering and status.get("phase") not in TERMINAL:
+                placed.setdefault(gang, []).append(str(offering))
+        return [
+            dataclasses.replace(w, gang_placed=tuple(sorted(placed.get(w.gang_key, ())))) if w.gang_key else w
+            for w in work
+        ]
+
     def _host(self, node: Object, taken: set[str]) -> snapshots.Host:
         name = node["metadata"]["name"]
         host = snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+        if host.phase == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
+            return dataclasses.replace(host, unschedulable=True)  # about to be released (IdleHosts)
         if host.busy or host.warm_until is None:
             return host
         if (node.get("status") or {}).get("idleSince") != idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name)):
@@ -150,7 +181,7 @@ class SchedulerLoop:
         placement = binding.placement()
         status = {k: v for k, v in (attempt.get("status") or {}).items() if k not in ("reason", "message")}
         status.update(phase="Provisioning", placement=placement, scheduledTime=units.format_time(units.now()))
-        self._assumed[key] = binding.node
+        self._assumed[key] = binding
         try:
             async with self._writes:
                 await self._client.update("attempts", {**attempt, "status": status}, key[0], subresource="status")

@@ -11,6 +11,11 @@ host. So two Works never get the last host or the same idle host. Capacity in us
 the offering that still holds capacity (Booting and Ready ones, busy or idle); an offering without
 a published capacity is unlimited. Reusing an idle host takes no new capacity.
 
+The ranks of a gang epoch (a distributed Job) are placed all together or not at all, at the queue
+position of their oldest pending rank (see ``gangs``): each group of offerings their network allows
+is tried in a ledger trial that is rolled back, and only the chosen group's options are taken. A
+gang that no group can hold takes nothing, and every pending rank is Unschedulable.
+
 Cost: each distinct requirement shape (``filters.Requirements`` with its profile and expected
 duration) is filtered against every offering and its options ranked once per cycle; per Work the
 cycle then only walks the ranked options for the first one still available, which keeps a cycle
@@ -19,14 +24,15 @@ near O(shapes x offerings + works x offerings) with cheap steps.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from nodus.scheduler import explaining, filters, scoring
-from nodus.scheduler.snapshot import Host, Offering, Profile, Snapshot, Work, WorkKey, format_usd
+from nodus.scheduler import explaining, filters, gangs, scoring
+from nodus.scheduler.snapshot import Host, Network, Offering, Profile, Snapshot, Transport, Work, WorkKey, format_usd
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +49,17 @@ class Binding:
     expected_cost_usd: Decimal
     explain: str
     cycle: int
+    # Where the host is: a gang's members' path classes (``gangs.path_class``) follow from these.
+    provider: str = ""
+    region: str = ""
 
     def placement(self) -> dict[str, Any]:
         """The Attempt's ``status.placement`` as served (camelCase; ``node`` only for a warm reuse)."""
         placement: dict[str, Any] = {"offering": self.offering}
         if self.node is not None:
             placement["node"] = self.node
+        if self.provider:
+            placement.update(provider=self.provider, region=self.region)
         placement.update(
             regionClass=self.region_class,
             interruptible=self.interruptible,
@@ -65,7 +76,8 @@ class Unschedulable:
     """``work`` stays Pending this cycle; ``message`` says why, counted by reason, and what to change.
 
     ``waiting_for_capacity`` is True when some offering fits but every one of those is full, so
-    the Work will be placed once capacity frees up without any change to the Job.
+    the Work will be placed once capacity frees up without any change to the Job (for a gang rank:
+    some group has hosts enough in all for the whole gang).
     """
 
     work: WorkKey
@@ -86,17 +98,30 @@ class CycleResult:
 def run_cycle(snapshot: Snapshot) -> CycleResult:
     """Decide every Work in ``snapshot`` (queue order). Pure: the snapshot is not changed."""
     offerings = sorted(snapshot.offerings, key=lambda o: o.id)
+    by_id = {o.id: o for o in offerings}
     names = filters.family_names(offerings)
     ledger = _Ledger(offerings, snapshot.hosts, snapshot.now)
     plans: dict[tuple[filters.Requirements, Profile, timedelta, tuple[str, ...]], _Plan] = {}
-    bindings: list[Binding] = []
-    unschedulable: list[Unschedulable] = []
-    for work in snapshot.work:
+
+    def plan_for(work: Work) -> _Plan:
         need = filters.Requirements.of(work, names)
         shape = (need, work.profile, work.expected_duration, work.avoid)
         plan = plans.get(shape)
         if plan is None:
             plan = plans[shape] = _Plan.build(need, work, offerings, ledger)
+        return plan
+
+    bindings: list[Binding] = []
+    unschedulable: list[Unschedulable] = []
+    for item in gangs.queue(snapshot.work):
+        if isinstance(item, gangs.Gang):
+            if item.complete:  # else its other ranks are yet to be created or seen: decide nothing yet
+                placed, waiting = _place_gang(snapshot.cycle, item, plan_for(item.leader), by_id, ledger)
+                bindings += placed
+                unschedulable += waiting
+            continue
+        work = item
+        plan = plan_for(work)
         choice = scoring.choose(plan.ranked, work.profile, ledger.available)
         full = ledger.full(plan.fitting)
         if choice is None:
@@ -107,11 +132,34 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
     return CycleResult(snapshot.cycle, bindings, unschedulable)
 
 
+def _place_gang(
+    cycle: int, gang: gangs.Gang, plan: _Plan, offerings: dict[str, Offering], ledger: _Ledger
+) -> tuple[list[Binding], list[Unschedulable]]:
+    """Bind every pending member of ``gang`` (taking from ``ledger``), or none and say why for each."""
+    if not plan.fitting:
+        # No offering fits a member at all: the plain message says what to change.
+        message = plan.unschedulable_message([])
+        return [], [Unschedulable(work.key, message, False) for work in gang.members]
+    groups = plan.groups(gang.request.network, gang.request.transport)
+    trial = gangs.try_groups(gang, groups, offerings, ledger)
+    if not trial.candidates:
+        message = explaining.gang_waiting(gang, trial)
+        return [], [Unschedulable(work.key, message, trial.holdable) for work in gang.members]
+    chosen = gangs.choose(trial.candidates, gang.leader.profile)
+    head = explaining.gang_binding(gang, chosen, trial.candidates)
+    full = ledger.full(plan.fitting)
+    # Taken in the same order from the same ledger state as in the trial, so the same warm hosts.
+    return [
+        _binding(cycle, work, choice, ledger.take(choice.option), plan, full, head)
+        for work, choice in zip(gang.members, chosen.choices, strict=True)
+    ], []
+
+
 class _Plan:
     """One requirement shape against every offering: which fit, their ranked options, and the rejected ones.
 
     ``rejected`` is (stage, offering id, reason), nearest miss (highest stage) first, then by id.
-    Built once per shape and cycle; only its message cache changes afterwards.
+    Built once per shape and cycle; only its caches (messages, gang groups) change afterwards.
     """
 
     def __init__(self, fitting: list[Offering], ranked: list[scoring.Option], rejected: list[tuple[int, str, str]]):
@@ -120,6 +168,7 @@ class _Plan:
         self.rejected = rejected
         # Many Attempts of one Job share a shape and, while capacity does not change, one message.
         self._messages: dict[tuple[tuple[str, str], ...], str] = {}
+        self._groups: dict[tuple[Network, Transport], dict[gangs.GroupKey, list[scoring.Option]]] = {}
 
     @classmethod
     def build(cls, need: filters.Requirements, work: Work, offerings: Sequence[Offering], ledger: _Ledger) -> _Plan:
@@ -149,6 +198,13 @@ class _Plan:
             rejections += [(filters.CAPACITY_STAGE, reason) for _, reason in full]
             message = self._messages[key] = explaining.unschedulable(rejections)
         return message
+
+    def groups(self, network: Network, transport: Transport) -> dict[gangs.GroupKey, list[scoring.Option]]:
+        """The ranked options split into the groups a gang under ``network`` and ``transport`` may use."""
+        groups = self._groups.get((network, transport))
+        if groups is None:
+            groups = self._groups[network, transport] = gangs.partition(self.ranked, network, transport)
+        return groups
 
 
 class _Ledger:
@@ -188,6 +244,19 @@ class _Ledger:
         self._in_use[offering] += 1
         return None
 
+    @contextlib.contextmanager
+    def trial(self) -> Iterator[None]:
+        """Take freely inside the block; on exit the ledger is as it was (a gang's trial placement)."""
+        in_use, idle = dict(self._in_use), {offering: list(names) for offering, names in self._idle.items()}
+        try:
+            yield
+        finally:
+            self._in_use, self._idle = in_use, idle
+
+    def usage(self, offering: str) -> gangs.Usage:
+        """The offering's hosts holding capacity, its capacity and its idle hosts, as of now in the cycle."""
+        return gangs.Usage(self._in_use[offering], self._capacity[offering], len(self._idle.get(offering, ())))
+
     def full(self, offerings: Sequence[Offering]) -> list[tuple[str, str]]:
         """(offering id, reason) for each of ``offerings`` with neither an idle host nor capacity left."""
         full = []
@@ -204,7 +273,13 @@ def _stage_descending(item: tuple[int, str, str]) -> int:
 
 
 def _binding(
-    cycle: int, work: Work, choice: scoring.Choice, node: str | None, plan: _Plan, full: list[tuple[str, str]]
+    cycle: int,
+    work: Work,
+    choice: scoring.Choice,
+    node: str | None,
+    plan: _Plan,
+    full: list[tuple[str, str]],
+    gang: str | None = None,
 ) -> Binding:
     def rejected() -> Iterator[tuple[str, str]]:
         yield from full
@@ -215,6 +290,8 @@ def _binding(
     explain = explaining.binding(
         cycle, work.profile, work.interruptible, choice, node, rejected(), len(full) + len(plan.rejected)
     )
+    if gang is not None:
+        explain = f"{gang}\n{explain}"
     return Binding(
         work=work.key,
         offering=offering.id,
@@ -226,4 +303,6 @@ def _binding(
         expected_cost_usd=choice.option.cost,
         explain=explain,
         cycle=cycle,
+        provider=offering.provider,
+        region=offering.region,
     )

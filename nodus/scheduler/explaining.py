@@ -14,6 +14,10 @@ A binding's explain reads top-down, most important first::
 ... then the wrong accelerator), at most :data:`MAX_REJECTED_LINES` of them. An Unschedulable
 message counts the offerings under each reason, then names the Job fields that would widen the
 choice. Money is shown with six fractional digits, as the API writes it; durations as Go does.
+
+A gang member's explain starts with one line about the whole gang (where it went, what it costs
+together, why that group); a gang that cannot be placed whole gets one message for every member,
+counting the hosts it needs against the most one group has free.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nodus.apimachinery.units import format_duration
-from nodus.scheduler import filters, scoring
+from nodus.scheduler import filters, gangs, scoring
 from nodus.scheduler.snapshot import Interruptible, Profile, format_usd
 
 MAX_REJECTED_LINES = 15
 MAX_REASON_GROUPS = 8
 MAX_HINTS = 3
+MAX_GROUP_OFFERINGS = 3
 # Every filter reason starts with one of these plural verbs (see filters' module docstring).
 _SINGULAR = {"have": "has", "are": "is", "cost": "costs", "lack": "lacks"}
 
@@ -101,6 +106,89 @@ def unschedulable(rejections: Iterable[tuple[int, str]]) -> str:
     else:
         advice = f"To widen the choice, change {_either(fields)}" + ("; or wait for capacity." if waiting else ".")
     return f"No offering fits: {'; '.join(parts)}. {advice}"
+
+
+def gang_binding(gang: gangs.Gang, chosen: gangs.Candidate, candidates: Sequence[gangs.Candidate]) -> str:
+    """The first line of every member's explain: ``gang of 4 (Colocated, sim/us-east): all 4 ranks placed ...``."""
+    network, size = gang.request.network, gang.request.size
+    placing = f"{'both' if size == 2 else f'all {size}'} ranks placed together"
+    if len(gang.members) < size:
+        placing = f"{_count(len(gang.members), 'rank')} placed beside the {len(gang.placed)} already placed"
+    others = len(candidates) - 1
+    if not others:
+        why = "the only group that could hold it"
+    else:
+        why = f"{_GANG_WHY[gang.leader.profile]}, over {_count(others, 'other group')} that could hold it"
+    return (
+        f"gang of {size} ({network}, {gangs.describe(chosen.key, network)}): {placing}, "
+        f"expected ${format_usd(chosen.total)} in total; {why}"
+    )
+
+
+def gang_waiting(gang: gangs.Gang, trial: gangs.Trial) -> str:
+    """The Unschedulable message of every pending member when no group can hold them all (``trial`` found none).
+
+    It counts the hosts the gang needs against the most one group has free now, names that group's
+    offerings, says that nothing is placed meanwhile, and ends with ``Fix:`` and the Job fields
+    that would let the gang spread (every one of them needs a new Job: they are immutable).
+    """
+    network, transport = gang.request.network, gang.request.transport
+    needed, where = len(gang.members), gangs.scope(network, transport)
+    under = f"network {network}" + (" and transport Direct" if transport == "Direct" and network != "Colocated" else "")
+    if gang.placed:
+        head = (
+            f"The gang needs {_count(needed, 'more host')} with its {len(gang.placed)} placed, together under {under}"
+        )
+    else:
+        head = f"The gang needs {_count(needed, 'host')} together under {under}"
+    if trial.nearest is None:
+        # Only with placed siblings: no fitting offering is in their group (or they span several).
+        found = f"no offering that fits is in {where} with its placed members"
+    else:
+        label = f"{gangs.describe(trial.nearest, network)}; " if trial.nearest else ""
+        found = f"the most free {f'in {where}' if where else 'anywhere'} is {trial.free} ({label}{_usage(trial.usage)})"
+    parts = [f"{head}; {found}.", f"It waits whole: no member is placed until all {needed} fit."]
+    if not trial.holdable:
+        parts.append(
+            f"No {where} has {_count(needed + len(gang.placed), 'host')} in all (the most is {trial.largest})."
+            if where
+            else f"The offerings that fit have {_count(trial.largest or 0, 'host')} in all."
+        )
+    fixes = ["with a wider spec.placement (regions, offerings, interruptible)"]
+    if network != "Global":
+        fixes.insert(0, f"with spec.distributed.network {_WIDER[network]}")
+    if transport == "Direct" and network != "Colocated":
+        fixes.insert(0, "with spec.distributed.transport Auto (members may span providers)")
+    if not trial.holdable:
+        fixes.append("with fewer spec.distributed.nodes")
+    wait = "wait for capacity, or " if trial.holdable else ""
+    parts.append(f"Fix: {wait}recreate the Job {', or '.join(fixes)}.")
+    return " ".join(parts)
+
+
+_GANG_WHY: dict[Profile, str] = {
+    "Cost": "lowest total expected cost",
+    "Speed": "earliest start of the whole gang",
+    "Balanced": f"earliest start within {int(scoring.BALANCED_COST_TOLERANCE * 100)}% of the lowest total",
+}
+_WIDER = {
+    "Colocated": "Regional or Global (members may span regions)",
+    "Regional": "Global (members may span region classes)",
+}
+
+
+def _usage(usage: Sequence[tuple[str, gangs.Usage]]) -> str:
+    shown = []
+    for offering, (in_use, capacity, idle) in usage[:MAX_GROUP_OFFERINGS]:
+        hosts = "unlimited" if capacity is None else f"{in_use} of {capacity} in use"
+        shown.append(f"offering {offering}: {hosts}" + (f", {idle} idle" if idle else ""))
+    if len(usage) > MAX_GROUP_OFFERINGS:
+        shown.append(f"{len(usage) - MAX_GROUP_OFFERINGS} more offerings")
+    return "; ".join(shown)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _why(profile: Profile, interruptible: Interruptible, choice: scoring.Choice) -> str:

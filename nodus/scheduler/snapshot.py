@@ -23,6 +23,8 @@ from nodus.apimachinery import units
 
 Interruptible = Literal["Never", "Allow", "Prefer"]
 Profile = Literal["Cost", "Speed", "Balanced"]
+Network = Literal["Colocated", "Regional", "Global"]
+Transport = Literal["Direct", "Auto"]
 
 #: A Node in these phases no longer holds provider capacity (or is giving it back).
 RELEASED_PHASES = frozenset({"Lost", "Failed", "Terminating"})
@@ -34,6 +36,8 @@ DEFAULT_EXPECTED_DURATION = timedelta(hours=1)
 _MICRO_USD = Decimal("0.000001")
 _INTERRUPTIBLE = ("Never", "Allow", "Prefer")
 _PROFILES = ("Cost", "Speed", "Balanced")
+_NETWORKS = ("Colocated", "Regional", "Global")
+_TRANSPORTS = ("Direct", "Auto")
 
 
 class WorkKey(NamedTuple):
@@ -41,6 +45,14 @@ class WorkKey(NamedTuple):
 
     namespace: str
     name: str
+
+
+class GangKey(NamedTuple):
+    """The gang epoch a rank's Attempt belongs to: its project, its Job's uid and the epoch (``spec.number``)."""
+
+    namespace: str
+    job_uid: str
+    number: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +173,32 @@ class GpuRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class GangRequest:
+    """``spec.gang`` of one rank's Attempt: the epoch it belongs to, its rank, and where its peers may be.
+
+    ``number`` is the Attempt's ``spec.number``, which every rank of an epoch shares (it is also
+    ``spec.gang.epoch``); ``rank`` is ``spec.rank``, 0 to ``size - 1``.
+    """
+
+    job_uid: str
+    number: int
+    size: int
+    rank: int
+    network: Network
+    transport: Transport
+
+
+@dataclass(frozen=True, slots=True)
 class Work:
     """One pending Attempt: the capacity floors and placement rules copied from its Job.
 
     Floors are None when unset. ``cpu`` is in vCPUs, ``memory`` and ``disk`` in bytes; the ``*_text``
     fields keep what the user wrote, for messages. ``regions`` and ``offerings`` are empty when any
     is allowed.
+
+    A rank of a distributed Job has ``gang``; ``gang_placed`` then holds the offering ids of its
+    epoch's siblings that are already placed and not finished (one entry per sibling, sorted). The
+    Attempt object does not say this: the controller fills it in from the other Attempts.
     """
 
     key: WorkKey
@@ -185,6 +217,15 @@ class Work:
     expected_duration: timedelta
     # Offerings to take only when nothing else fits (the one that just preempted the slot's last attempt).
     avoid: tuple[str, ...] = ()
+    gang: GangRequest | None = None
+    gang_placed: tuple[str, ...] = ()
+
+    @property
+    def gang_key(self) -> GangKey | None:
+        """The gang epoch this Work is a rank of, or None for a plain Attempt."""
+        if self.gang is None:
+            return None
+        return GangKey(self.key.namespace, self.gang.job_uid, self.gang.number)
 
     @classmethod
     def from_object(cls, attempt_obj: Mapping[str, Any]) -> Work:
@@ -207,16 +248,33 @@ class Work:
             gpu=_gpu_request(resources.get("gpu")),
             regions=tuple(placement.get("regions") or ()),
             interruptible=_choice(
-                placement.get("interruptible", "Never"), ("Never", "Allow", "Prefer"), "interruptible"
+                placement.get("interruptible", "Never"), _INTERRUPTIBLE, "spec.placement.interruptible"
             ),
             max_rate_usd_per_hour=None if max_rate is None else _usd(max_rate, "spec.placement.maxRateUSDPerHour"),
             offerings=tuple(placement.get("offerings") or ()),
-            profile=_choice(placement.get("profile", "Balanced"), _PROFILES, "profile"),
+            profile=_choice(placement.get("profile", "Balanced"), _PROFILES, "spec.placement.profile"),
             expected_duration=DEFAULT_EXPECTED_DURATION
             if expected is None
             else _duration(expected, "spec.expectedDuration") or timedelta(0),
             avoid=tuple(sorted(str(o) for o in spec.get("avoidOfferings") or ())),
+            gang=_gang_request(spec),
         )
+
+
+def gang_key(attempt_obj: Mapping[str, Any]) -> GangKey | None:
+    """The gang epoch of any Attempt object (pending or not), or None for a plain or unreadable one.
+
+    Lenient, unlike :meth:`Work.from_object`: the controller asks this of every Attempt it caches
+    to find a pending rank's siblings, and one odd object must not stop the cycle.
+    """
+    spec = attempt_obj.get("spec") or {}
+    namespace = (attempt_obj.get("metadata") or {}).get("namespace")
+    job_uid, number = spec.get("jobUID"), spec.get("number")
+    if not spec.get("gang") or not isinstance(namespace, str) or not isinstance(job_uid, str):
+        return None
+    if isinstance(number, bool) or not isinstance(number, int):
+        return None
+    return GangKey(namespace, job_uid, number)
 
 
 def format_usd(amount: Decimal) -> str:
@@ -246,6 +304,26 @@ def _gpu_request(gpu: Mapping[str, Any] | None) -> GpuRequest | None:
         min_memory=_quantity(min_memory, "spec.resources.gpu.minMemory"),
         min_memory_text=_text(min_memory),
         nvlink=gpu.get("interconnect") == "NVLink",
+    )
+
+
+def _gang_request(spec: Mapping[str, Any]) -> GangRequest | None:
+    gang = spec.get("gang")
+    if gang is None:
+        return None
+    size = _integer(gang.get("size"), "spec.gang.size")
+    rank = _integer(spec.get("rank"), "spec.rank")
+    if size < 1:
+        raise ValueError(f"spec.gang.size must be at least 1, not {size}")
+    if not 0 <= rank < size:
+        raise ValueError(f"spec.rank must be from 0 to spec.gang.size - 1 ({size - 1}), not {rank}")
+    return GangRequest(
+        job_uid=_required(spec.get("jobUID"), "spec.jobUID"),
+        number=_integer(spec.get("number"), "spec.number"),
+        size=size,
+        rank=rank,
+        network=_choice(gang.get("network", "Colocated"), _NETWORKS, "spec.gang.network"),
+        transport=_choice(gang.get("transport", "Direct"), _TRANSPORTS, "spec.gang.transport"),
     )
 
 
@@ -292,5 +370,5 @@ def _usd(value: Any, field: str) -> Decimal:
 
 def _choice(value: Any, allowed: tuple[str, ...], field: str) -> Any:
     if value not in allowed:
-        raise ValueError(f"spec.placement.{field} must be one of {', '.join(allowed)}, not {value!r}")
+        raise ValueError(f"{field} must be one of {', '.join(allowed)}, not {value!r}")
     return value

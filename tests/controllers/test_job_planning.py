@@ -273,7 +273,6 @@ def test_every_status_reason_has_a_served_docs_page() -> None:
 @pytest.mark.parametrize(
     ("spec", "named"),
     [
-        pytest.param({"distributed": {"nodes": 2}}, "distributed", id="gang"),
         pytest.param({"placement": {"pool": "mine", "queueTimeout": "24h"}}, "placement.pool", id="pool"),
     ],
 )

@@ -33,6 +33,8 @@ def test_binding_carries_the_placement() -> None:
     assert (binding.region_class, binding.interruptible, binding.cycle) == ("us", False, 7)
     assert binding.placement() == {
         "offering": "h100-x1-us",
+        "provider": "sim",
+        "region": "us-east",
         "regionClass": "us",
         "interruptible": False,
         "rateUSDPerHour": "2.690000",

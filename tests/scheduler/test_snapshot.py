@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodus.scheduler import Host, Offering, Work, WorkKey
-from nodus.scheduler.snapshot import format_usd
+from nodus.scheduler.snapshot import GangKey, GangRequest, format_usd, gang_key
 from tests.scheduler import (
     NOW,
     attempt_object,
@@ -151,3 +151,56 @@ def test_host_capacity_and_idleness(host: Host, holds: bool, idle: bool) -> None
 )
 def test_money_is_rendered_with_six_fraction_digits(amount: Decimal, text: str) -> None:
     assert format_usd(amount) == text
+
+
+def gang_attempt(rank: int = 1, **gang: Any) -> dict[str, Any]:
+    """Rank ``rank`` of a 4-node gang epoch (attempt number 2); ``gang`` overrides ``spec.gang`` fields."""
+    obj = attempt_object(f"train-0-2-r{rank}")
+    obj["spec"].update(
+        jobUID="uid-1",
+        number=2,
+        rank=rank,
+        gang={"size": 4, "epoch": 2, "gpusPerNode": 1, "members": [f"train-0-2-r{r}" for r in range(4)], **gang},
+    )
+    return obj
+
+
+def test_work_from_object_reads_the_gang() -> None:
+    work = Work.from_object(gang_attempt(network="Regional", transport="Auto"))
+    assert work.gang == GangRequest(job_uid="uid-1", number=2, size=4, rank=1, network="Regional", transport="Auto")
+    assert work.gang_key == GangKey("demo", "uid-1", 2)
+    assert work.gang_placed == ()
+
+
+def test_gang_network_and_transport_default_to_colocated_and_direct() -> None:
+    work = Work.from_object(gang_attempt())
+    assert work.gang is not None
+    assert (work.gang.network, work.gang.transport) == ("Colocated", "Direct")
+
+
+def test_plain_work_has_no_gang() -> None:
+    work = make_work()
+    assert (work.gang, work.gang_key) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        pytest.param(gang_attempt(rank=4), "spec.rank", id="rank-beyond-size"),
+        pytest.param(gang_attempt(network="Nearby"), "spec.gang.network", id="unknown-network"),
+        pytest.param(gang_attempt(transport="Carrier pigeon"), "spec.gang.transport", id="unknown-transport"),
+        pytest.param(gang_attempt(size="4"), "spec.gang.size", id="size-not-integer"),
+    ],
+)
+def test_malformed_gang_names_the_field(obj: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Work.from_object(obj)
+
+
+def test_gang_key_of_any_attempt_object() -> None:
+    placed = gang_attempt(rank=0)
+    placed["status"] = {"phase": "Running", "placement": {"offering": "h100-x1-us"}}
+    assert gang_key(placed) == GangKey("demo", "uid-1", 2)
+    assert gang_key(attempt_object()) is None
+    del placed["spec"]["jobUID"]
+    assert gang_key(placed) is None  # unreadable: not a sibling of anything, and no error

@@ -20,6 +20,7 @@ SLOW_BOOT_OFFERING = "cpu-96c-asia"
 
 # Fast enough for tests, slow enough to be realistic: hosts boot at once, heartbeat every 0.5s and
 # are lost after 3s of silence.
+GANG_HANGS, GANG_FINE, GANG_SIX = "l4-24g-x1-asia", "a10g-24g-x1-asia", "l40s-48g-x1-asia"
 TEST_FLAGS = (
     "--sim-boot-time",
     "0s",
@@ -48,6 +49,13 @@ TEST_FLAGS = (
     # Checkpoint cadences and waits run 20 times faster: an interval of 1m is 3 s.
     "--sim-checkpoint-time-scale",
     "0.05",
+    # Gang assembly budgets run 50 times faster: the smallest startupTimeout (5m) is 6 s.
+    "--sim-assembly-time-scale",
+    "0.02",
+    # Offerings of the gang tests (tests/e2e/running/test_gangs.py), used by no other test: a pair in asia where
+    # one never comes up, one host of each; six hosts for two competing 4-node gangs.
+    *("--sim-boot-hangs", GANG_HANGS, "--sim-capacity-for", f"{GANG_HANGS}=1", "--sim-capacity-for", f"{GANG_FINE}=1"),
+    *("--sim-capacity-for", f"{GANG_SIX}=6"),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from nodus.api.kinds.attempt_gang import AttemptGangSpec, AttemptGangStatus
 from nodus.api.kinds.job.base import JobModel
 from nodus.api.kinds.job.scalars import Duration, Time
 from nodus.api.kinds.job.spec import EnvVar, InitCommand, Network, Sidecar
@@ -151,6 +152,7 @@ class AttemptSpec(JobModel):
     )
     env: list[EnvVar] | None = Field(None, description="Env is the Job's environment (Secret references, not values).")
     expected_duration: str | None = Field(None, description="ExpectedDuration is the Job's, for placement.")
+    gang: AttemptGangSpec | None = Field(None, description="Gang is the epoch this rank belongs to (distributed Jobs).")
     image: str | None = Field(None, description="Image is the Job's image reference, recorded.")
     index: int = Field(ge=0, description="Index is the completion index this attempt runs.")
     init_command: InitCommand | None = Field(None, description="InitCommand runs before the command.")
@@ -163,6 +165,7 @@ class AttemptSpec(JobModel):
     offering: str | None = Field(None, description="Offering is the offering its host provides.")
     outputs: list[JobOutput] | None = Field(None, description="Outputs are the Job's declared outputs.")
     placement: Placement | None = Field(None, description="Placement is the Job's placement, copied.")
+    rank: int | None = Field(None, ge=0, description="Rank is the node rank within the gang (distributed Jobs).")
     recovery: Recovery | None = Field(
         None, description="Recovery is the Job's recovery policy (interval follows edits of the Job)."
     )
@@ -193,6 +196,8 @@ class AttemptPlacement(JobModel):
     interruptible: bool | None = Field(None, description="Interruptible is true on reclaimable capacity.")
     node: str | None = Field(None, description="Node is a warm host chosen for reuse, if any.")
     offering: str | None = Field(None, description="Offering is the chosen offering id.")
+    provider: str | None = Field(None, description="Provider is the offering's provider.")
+    region: str | None = Field(None, description="Region is the offering's provider region.")
     rate_usd_per_hour: str | None = Field(None, alias="rateUSDPerHour", description="RateUSDPerHour is the rate.")
     region_class: str | None = Field(None, description="RegionClass is the offering's region class.")
     warm_reuse: bool | None = Field(None, description="WarmReuse is true when a warm host was reused.")
@@ -255,6 +260,7 @@ class AttemptStatus(JobModel):
     cost: Cost | None = Field(None, description="Cost is a display copy of the ledger for this allocation.")
     exit_code: int | None = Field(None, description="ExitCode is the program's exit status.")
     finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
+    gang: AttemptGangStatus | None = Field(None, description="Gang is this rank's part of its gang's assembly.")
     gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the visible GPUs.")
     inputs: list[InputStatus] | None = Field(None, description="Inputs are the inputs with their verified digests.")
     inputs_ready_time: str | None = Field(None, description="InputsReadyTime is when the inputs were in place.")

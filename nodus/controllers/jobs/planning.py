@@ -20,7 +20,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import estimates, statusreasons, units, workloads
-from nodus.controllers.jobs import conditions, pinning, ranges, recovering, reporting
+from nodus.controllers.jobs import (
+    conditions,
+    gangplanning,
+    gangreporting,
+    gangs,
+    pinning,
+    ranges,
+    recovering,
+    reporting,
+)
+from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.slots import BOUND, Slots, phase
 
 Object = dict[str, Any]
@@ -60,25 +70,48 @@ class Plan:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
 
-def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup | None = None) -> Plan:
+def plan(
+    job: Object,
+    attempts: list[Object],
+    now: datetime,
+    lookup: pinning.Lookup | None = None,
+    scales: TimeScales | None = None,
+) -> Plan:
     """Decide for ``job``; ``lookup`` finds the objects its data plane names (none: no such objects)."""
-    lookup = lookup or _nothing
+    result = _plan(job, attempts, now, lookup or _nothing, scales or TimeScales())
+    spec = job.get("spec") or {}
+    if gangs.is_gang(spec):
+        once: dict[str, tuple[Object, str]] = {}
+        for attempt, reason in result.stop:
+            once.setdefault(attempt["metadata"]["name"], (attempt, reason))
+        result.stop = list(once.values())
+        launcher = gangplanning.launcher_of(spec)
+        epochs = gangs.epochs_of(attempts)
+        gang_phase = gangplanning.gang_phase(str(result.status.get("phase") or "Pending"), attempts, launcher)
+        gangreporting.report(result.status, epochs[-1] if epochs else None, epochs, gang_phase)
+    return result
+
+
+def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup, scales: TimeScales) -> Plan:
     spec: Object = job.get("spec") or {}
     meta: Object = job.get("metadata") or {}
     status = copy.deepcopy(job.get("status") or {})
     status["observedGeneration"] = meta.get("generation", 1)
-    slots = Slots.of(attempts)
+    gang = gangs.is_gang(spec)
+    # Every rank attempt is stopped, billed and reported; a gang's epochs are counted as single runs.
+    raw = Slots.of(attempts)
+    slots = Slots.of(gangs.representatives(attempts, gangplanning.launcher_of(spec))) if gang else raw
     result = Plan(status=status)
     has_finalizer = FINALIZER in (meta.get("finalizers") or [])
-    live = slots.live()
+    live = raw.live()
 
     if meta.get("deletionTimestamp"):
         result.stop = [(a, "Deleted") for a in live]
         result.remove_finalizer = has_finalizer and not live
         return result
 
-    _count(status, spec, slots)
-    reporting.collect(status, spec, slots, now)
+    _count(status, spec, slots, raw)
+    reporting.collect(status, spec, raw, now)
     recovering.report(status, slots)
     if status.get("phase") in TERMINAL_PHASES:
         result.stop = [(a, str(status.get("reason") or "Superseded")) for a in live]
@@ -92,10 +125,10 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
     if status.get("phase", "Pending") == "Pending":
         unsupported = _not_yet_placed(spec)
         if unsupported:
-            return _finish(result, slots, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
+            return _finish(result, raw, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
         pinned = pinning.pin(spec, lookup)
         if isinstance(pinned, pinning.Blocked):
-            return _blocked(result, slots, now, pinned, meta)
+            return _blocked(result, raw, now, pinned, meta)
         status.update(pinned.status())
         _admit(status, spec, meta, now)
         result.add_finalizer = not has_finalizer
@@ -114,37 +147,37 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
 
     state = spec.get("state", "Running")
     if state == "Cancelled":
-        return _finish(result, slots, now, "Cancelled", "Cancelled", "The Job was cancelled.")
+        return _finish(result, raw, now, "Cancelled", "Cancelled", "The Job was cancelled.")
 
     _timeout_clock(status, spec, slots, now)
     deadline = units.time_or_none(status.get("timeoutTime"))
     if deadline is not None and state != "Suspended":
         if now >= deadline:
             message = f"The Job ran longer than spec.timeout {spec.get('timeout')}."
-            return _finish(result, slots, now, "Failed", "DeadlineExceeded", message)
+            return _finish(result, raw, now, "Failed", "DeadlineExceeded", message)
         result.wake_at(now, deadline)
 
     if state == "Suspended":
-        return _suspend(result, spec, slots, now)
-    _resume(result, slots, now)
+        return _suspend(result, spec, raw, now)
+    _resume(result, raw, now)
 
     queue_deadline = _queue_deadline(status, spec)
     if queue_deadline is not None:
         if now >= queue_deadline:
             waiting = _unschedulable_message(live)
             message = f"No capacity within spec.placement.queueTimeout {spec['placement']['queueTimeout']}. {waiting}"
-            return _finish(result, slots, now, "Failed", "CapacityUnavailable", message.strip())
+            return _finish(result, raw, now, "Failed", "CapacityUnavailable", message.strip())
         result.wake_at(now, queue_deadline)
 
     backoff_limit = int(spec.get("backoffLimit", 6))
-    permanent = _permanent_failure(slots)
+    permanent = _permanent_failure(raw)
     if permanent is not None:
-        return _finish(result, slots, now, "Failed", *permanent)
+        return _finish(result, raw, now, "Failed", *permanent)
     if slots.failed > backoff_limit:
         last = slots.last_failed()
         detail = str(((last or {}).get("status") or {}).get("message") or "")
         message = f"{slots.failed} attempts failed; backoffLimit is {backoff_limit}. Last failure: {detail}".strip()
-        return _finish(result, slots, now, "Failed", "BackoffLimitExceeded", message)
+        return _finish(result, raw, now, "Failed", "BackoffLimitExceeded", message)
 
     completions = int(spec.get("completions", 1))
     max_lost = int((spec.get("recovery") or {}).get("maxAttempts", 3))
@@ -158,7 +191,7 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
                 f"Index {index} lost its capacity {lost} times before running {threshold}; "
                 f"recovery.maxAttempts is {max_lost}."
             )
-            return _finish(result, slots, now, "Failed", "RecoveryExhausted", message)
+            return _finish(result, raw, now, "Failed", "RecoveryExhausted", message)
     if (spec.get("recovery") or {}).get("onInterruption") == "Fail":
         lost_attempt = recovering.interrupted(slots)
         if lost_attempt is not None:
@@ -167,19 +200,21 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
                 f"Attempt {lost_attempt['metadata']['name']} lost its capacity ({why}) and "
                 "spec.recovery.onInterruption is Fail."
             )
-            return _finish(result, slots, now, "Failed", "Interrupted", message)
+            return _finish(result, raw, now, "Failed", "Interrupted", message)
 
+    if gang:
+        exhausted = gangplanning.assembly_exhausted(spec, attempts)
+        if exhausted is not None:
+            return _finish(result, raw, now, "Failed", *exhausted)
     if len(slots.succeeded_indexes()) >= completions:
-        return _finish(
-            result, slots, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded."
-        )
+        return _finish(result, raw, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded.")
 
     indexes = _indexes_to_start(slots, completions, int(spec.get("parallelism", 1)))
     if indexes:
         pins = pinning.pin(spec, lookup, status)
         if isinstance(pins, pinning.Blocked):
             if pins.final:
-                return _finish(result, slots, now, "Failed", pins.reason, pins.message)
+                return _finish(result, raw, now, "Failed", pins.reason, pins.message)
             _reason(status, pins.reason, pins.message)
             _derive_phase(status, slots, live, False)
             return result
@@ -187,10 +222,20 @@ def plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Loo
             attempt_for(job, index, slots.slot(index).next_number, pins, recovering.carried(spec, slots.slot(index)))
             for index in indexes
         ]
-    result.patch += recovering.requests(job, live)
+        if gang:
+            result.create, leftovers = gangplanning.start_epoch(
+                result.create[0], spec, attempts, slots.slot(0).next_number
+            )
+            result.stop += [(a, "GangRestart") for a in leftovers]
+    result.patch += recovering.requests(job, live, handled.get("checkpoint") if gang else None)
     if any(patch.get("checkpointRequest") for _, patch in result.patch):
         handled["checkpoint"] = (meta.get("annotations") or {})[recovering.CHECKPOINT_ANNOTATION]
         status["handledRequests"] = handled
+    if gang:
+        settled = gangplanning.settle(spec, attempts, now, scales)
+        result.stop += settled.stop
+        result.patch += settled.patch
+        result.wake_at(now, settled.wake_at)
     _derive_phase(status, slots, live, bool(result.create))
     _funding(status, live, now)
     return result
@@ -221,10 +266,10 @@ def _nothing(plural: str, name: str) -> Object | None:
     return None
 
 
-def _blocked(result: Plan, slots: Slots, now: datetime, blocked: pinning.Blocked, meta: Object) -> Plan:
+def _blocked(result: Plan, raw: Slots, now: datetime, blocked: pinning.Blocked, meta: Object) -> Plan:
     """Admission cannot pin what the Job reads: it fails, or waits Pending saying for what."""
     if blocked.final:
-        return _finish(result, slots, now, "Failed", blocked.reason, blocked.message)
+        return _finish(result, raw, now, "Failed", blocked.reason, blocked.message)
     status = result.status
     status["phase"] = "Pending"
     conditions.set(status, "Admitted", "False", blocked.reason, blocked.message, now, meta.get("generation"))
@@ -243,16 +288,16 @@ def _permanent_failure(slots: Slots) -> tuple[str, str] | None:
     return None
 
 
-def _count(status: Object, spec: Object, slots: Slots) -> None:
+def _count(status: Object, spec: Object, slots: Slots, raw: Slots) -> None:
     succeeded = slots.succeeded_indexes()
     status["succeeded"] = len(succeeded)
     status["failed"] = slots.failed
-    status["active"] = len(slots.live())
+    status["active"] = len(raw.live())
     status["completedIndexes"] = ranges.compress(succeeded)
     numbers = [int((a.get("spec") or {}).get("number", 1)) for a in slots.live()]
     last = max((s.last for s in slots.by_index.values() if s.last), key=_created, default=None)
     current = max(numbers, default=int((last or {}).get("spec", {}).get("number", 0)) or None)
-    counts: Object = {"total": slots.total, "max": int((spec.get("recovery") or {}).get("maxAttempts", 3))}
+    counts: Object = {"total": raw.total, "max": int((spec.get("recovery") or {}).get("maxAttempts", 3))}
     if current:
         counts["current"] = current
     status["attempts"] = counts
@@ -522,9 +567,8 @@ def _ttl(result: Plan, spec: Object, status: Object, now: datetime) -> None:
 
 
 def _not_yet_placed(spec: Object) -> list[str]:
-    """Gangs (``distributed``) and bring-your-own-cloud pools are placed by later releases."""
-    out = ["distributed"] if spec.get("distributed") else []
-    return [*out, "placement.pool"] if (spec.get("placement") or {}).get("pool") else out
+    """Bring-your-own-cloud pools are placed by a later release."""
+    return ["placement.pool"] if (spec.get("placement") or {}).get("pool") else []
 
 
 def _all(slots: Slots) -> list[Object]:

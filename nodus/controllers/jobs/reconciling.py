@@ -16,6 +16,8 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs import planning
+from nodus.controllers.jobs.gangplanning import TimeScales
+from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.runtime.informers import Informer
 from nodus.controllers.runtime.manager import Result
 
@@ -44,9 +46,16 @@ class JobReconciler:
     """Reconciles one Job, keyed by (project, name)."""
 
     def __init__(
-        self, client: Client, jobs: Informer, attempts: Informer, referenced: dict[str, Informer] | None = None
+        self,
+        client: Client,
+        jobs: Informer,
+        attempts: Informer,
+        referenced: dict[str, Informer] | None = None,
+        *,
+        scales: TimeScales | None = None,
     ) -> None:
         self._client = client
+        self._scales = scales or TimeScales()
         self._jobs = jobs
         self._attempts = attempts
         self._referenced = {"jobs": jobs, **(referenced or {})}
@@ -72,7 +81,7 @@ class JobReconciler:
             informer = informers.get(plural)
             return informer.get(namespace, other) if informer is not None else None
 
-        decided = planning.plan(job, attempts, units.now(), lookup)
+        decided = planning.plan(job, attempts, units.now(), lookup, self._scales)
         for body in decided.create:
             with contextlib.suppress(errors.AlreadyExists):
                 await self._client.create("attempts", body, namespace)
@@ -124,6 +133,14 @@ async def stop_attempt(
     if spec.get("stop"):
         return
     now = units.format_time(units.now())
+    unstarted = (attempt.get("status") or {}).get("phase") in ("Pending", "Provisioning")
+    if spec.get("gang") and unstarted and (not spec.get("node") or reason in ASSEMBLY_REASONS):
+        # A gang rank's stop reason is what its epoch is read by (``gangs.Epoch.outcome``), so it is noted in
+        # the spec even when no host took it. One whose host has not started it and may never (a host that
+        # never registers) is over now too, so the gang can be placed again; a late agent sees the stop.
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"stop": {"reason": reason}}}
+        attempt = await client.patch("attempts", meta["name"], patch, meta["namespace"])
+        spec = {}
     if not spec.get("node"):
         status = {
             **(attempt.get("status") or {}),

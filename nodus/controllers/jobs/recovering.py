@@ -158,11 +158,14 @@ def report(status: Object, slots: Slots) -> None:
         status.pop("checkpoint", None)
 
 
-def requests(job: Object, live: list[Object]) -> list[tuple[Object, Object]]:
+def requests(job: Object, live: list[Object], handled: str | None = None) -> list[tuple[Object, Object]]:
     """Spec patches that pass the Job's wishes on to running attempts: a requested checkpoint
-    (``nodus.dev/checkpoint-requested-at``) and an edited checkpoint ``interval``."""
+    (``nodus.dev/checkpoint-requested-at``) unless it is ``handled`` already (a gang's ranks also get the
+    controller's own requests, which must not bring an old one back), and an edited checkpoint ``interval``."""
     spec = job.get("spec") or {}
     requested = ((job.get("metadata") or {}).get("annotations") or {}).get(CHECKPOINT_ANNOTATION)
+    if handled is not None and requested == handled:
+        requested = None
     interval = ((spec.get("recovery") or {}).get("checkpoint") or {}).get("interval")
     out: list[tuple[Object, Object]] = []
     for attempt in live:

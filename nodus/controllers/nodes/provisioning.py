@@ -22,6 +22,7 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
+from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.runtime.informers import Informer
 from nodus.controllers.runtime.manager import Result
@@ -61,6 +62,12 @@ def idle_since(node: Object, ran: list[Object]) -> str:
     status = node.get("status") or {}
     start = str(status.get("readyTime") or node["metadata"].get("creationTimestamp") or "")
     return max([start, *ended])
+
+
+def never_came(ran: list[Object]) -> bool:
+    """A host still booting whose attempt was given up because the host did not come in time for its gang: it
+    is released rather than kept warm, so that the gang's next assembly is not placed on it again."""
+    return any(((a.get("spec") or {}).get("stop") or {}).get("reason") in ASSEMBLY_REASONS for a in ran)
 
 
 def node_for(offering: Object, provider: str, now: str, name: str | None = None) -> Object:
@@ -187,10 +194,15 @@ class IdleHosts:
         if node is None:
             return None
         status = node.get("status") or {}
-        if status.get("phase") != "Ready" or (node.get("spec") or {}).get("provider") == "manual":
+        if (node.get("spec") or {}).get("provider") == "manual":
             return None  # hosts started by hand are released by whoever started them
         if self._attempts.by_index(NODE_INDEX, name):
             return None  # in use; its idle window is written afresh when it next goes idle
+        if status.get("phase") == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
+            await self._release(node, "AssemblyTimeout", "It did not come up in time for its gang; released.")
+            return None
+        if status.get("phase") != "Ready":
+            return None
         now = units.now()
         since = idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name))
         if status.get("idleSince") != since:
@@ -201,11 +213,13 @@ class IdleHosts:
         until = units.parse_time(status.get("warmUntil") or since)
         if now < until:
             return Result(requeue_after=max((until - now).total_seconds(), 0.05))
-        patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"unschedulable": True}}
-        node = await self._client.patch("nodes", name, patch)
-        message = "Idle past its warm window."
-        await self._status(node, {"phase": "Terminating", "reason": "ScaledDown", "message": message})
+        await self._release(node, "ScaledDown", "Idle past its warm window.")
         return None
+
+    async def _release(self, node: Object, reason: str, message: str) -> None:
+        patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"unschedulable": True}}
+        node = await self._client.patch("nodes", node["metadata"]["name"], patch)
+        await self._status(node, {"phase": "Terminating", "reason": reason, "message": message})
 
     def _window(self, name: str) -> timedelta:
         """The scaledownWindow of the Job whose attempt ran here last (0s when it set none)."""

@@ -4,8 +4,8 @@
 package is laid out by concept: models (``spec``, ``spec_capacity``, ``spec_data``, ``status``,
 ``status_cost`` on ``base`` and ``scalars``), write-time canonicalisation (``aliases``, ``defaults``),
 validation (``validation`` and its ``validation_*`` topics, on ``rules`` and ``jsonview``), the
-accelerator catalog and gang sizing (``accelerators``, ``topology``), warnings (``notices``) and
-printer columns (``columns``).
+accelerator catalog (``accelerators``; gang sizing is ``nodus.apimachinery.topology``, shared with
+billing and the controllers), warnings (``notices``) and printer columns (``columns``).
 """
 
 from __future__ import annotations

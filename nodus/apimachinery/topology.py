@@ -10,7 +10,9 @@ closest totals that would split, so the error can say what to write instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 BETA_MAX_NODES = 8
 MIN_NODES = 2
@@ -63,3 +65,46 @@ def nearest_totals(total_gpus: int, gpus_per_node: int | None) -> list[tuple[int
                 found.append((candidate, shape))
                 break
     return found
+
+
+def shape_of(spec: Mapping[str, Any]) -> tuple[GangShape, str] | None:
+    """The gang a valid Job's ``spec.distributed`` asks for, and whether it was given as ``Nodes`` or
+    ``TotalGPUs``; None for a Job that is not distributed. ``gpus_per_node`` is 0 for a gang that asks for
+    no GPUs (CPU hosts)."""
+    distributed = spec.get("distributed")
+    if not isinstance(distributed, Mapping):
+        return None
+    gpu = (spec.get("resources") or {}).get("gpu") or {}
+    per_node = distributed.get("gpusPerNode") or gpu.get("count")
+    if distributed.get("nodes") is not None:
+        return GangShape(int(distributed["nodes"]), int(per_node or 0)), "Nodes"
+    shape = split_total(int(distributed.get("totalGPUs") or 0), int(per_node) if per_node else None)
+    return (shape, "TotalGPUs") if shape is not None else None
+
+
+def resolve(spec: Mapping[str, Any], accelerator: str | None) -> dict[str, Any] | None:
+    """``status.topology`` of a distributed Job: its resolved shape (DECISIONS 12) on ``accelerator`` (the
+    variant the admission estimate placed it on, when known). None for a Job that is not distributed."""
+    resolved = shape_of(spec)
+    if resolved is None:
+        return None
+    shape, source = resolved
+    distributed = spec["distributed"]
+    out: dict[str, Any] = {"nodes": shape.nodes, "resolvedFrom": source}
+    out["network"] = distributed.get("network") or "Colocated"
+    if shape.gpus_per_node:
+        out.update(gpusPerNode=shape.gpus_per_node, totalGPUs=shape.nodes * shape.gpus_per_node)
+    if accelerator and shape.gpus_per_node:
+        out["accelerator"] = accelerator
+    return out
+
+
+def member_resources(spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The resources each member of a gang asks for: the Job's, with ``gpu.count`` set to the resolved GPUs
+    per node (``totalGPUs: 16`` asks each of 2 members for 8 GPUs)."""
+    resources = dict(spec.get("resources") or {})
+    resolved = shape_of(spec)
+    if resolved is None or not resolved[0].gpus_per_node:
+        return resources or None
+    resources["gpu"] = {**(resources.get("gpu") or {}), "count": resolved[0].gpus_per_node}
+    return resources

@@ -1,0 +1,67 @@
+"""A gang rank's way from its prepared sandbox to its command: assemble with the peers, then launch.
+
+``running`` calls :func:`join` for an attempt with ``spec.gang`` after the inputs are in place and the
+gang checkpoint is restored, and before the command starts: the rank meshes with its peers
+(``meshing.Mesh``: register, probe, wait until every rank has probed), and the launcher
+(``launchers.launch``) turns the Job's command into what this node runs, with the environment
+contract and files under ``/nodus/gang``. The mesh endpoint keeps answering peers' probes until
+:meth:`Joined.close` (when the attempt ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from nodus.agent import launchers, meshing
+from nodus.agent.layout import AttemptLayout
+from nodus.client import Client
+
+Object = dict[str, Any]
+
+
+@dataclass
+class Joined:
+    """A rank that met its gang: what to run, the extra environment, and the mesh to close at the end."""
+
+    argv: list[str]
+    env: dict[str, str]
+    mesh: meshing.Mesh
+    assembled: meshing.Assembled
+
+    async def close(self) -> None:
+        await self.mesh.close()
+
+
+async def join(client: Client, attempt: Object, layout: AttemptLayout, argv: list[str], host: str) -> Joined:
+    """Mesh with the peers and launch: raises ``meshing.MeshFailed`` when a peer cannot be reached or ended.
+
+    Cancellation-safe: a stop while the peers are awaited closes the endpoint."""
+    spec = attempt.get("spec") or {}
+    gang = spec["gang"]
+    mesh = meshing.Mesh(client, attempt, host=host)
+    try:
+        assembled = await mesh.assemble()
+    except BaseException:
+        await mesh.close()
+        raise
+    facts = launchers.GangFacts(
+        rank=int(spec.get("rank") or 0),
+        size=int(gang["size"]),
+        gpus_per_node=int(gang.get("gpusPerNode") or 0),
+        rendezvous_host=assembled.rendezvous_host,
+        rendezvous_port=assembled.rendezvous_port,
+        epoch=int(gang.get("epoch") or spec.get("number") or 1),
+        hosts=assembled.hosts,
+    )
+    launch = launchers.launch(str(gang.get("launcher") or "Plain"), argv, facts)
+    await asyncio.to_thread(_write_files, layout, launch.files)
+    return Joined(argv=launch.argv, env=launch.env, mesh=mesh, assembled=assembled)
+
+
+def _write_files(layout: AttemptLayout, files: dict[str, str]) -> None:
+    for name, content in files.items():
+        target = layout.gang / name
+        target.write_text(content)
+        target.chmod(0o755 if name.endswith((".py", ".sh")) else 0o644)

@@ -1,0 +1,220 @@
+"""Multi-node gangs for real: two or four ``nodus agent`` processes assemble, mesh and run one program.
+
+The cluster runs gang assembly budgets 50 times faster (``--sim-assembly-time-scale 0.02``: a
+``startupTimeout`` of 5m is 6 s) and checkpoint cadences 20 times faster (an interval of 1m is 3 s). The
+offerings below are the gang tests' own (``tests/support/controllers.py``): one of the asia pair never
+comes up, and the l40s one has six hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.running.conftest import Running
+from tests.e2e.running.test_billing import charge, verify
+from tests.e2e.running.test_faults import nodus
+from tests.e2e.running.test_jobs import create
+from tests.e2e.running.test_recovery import PYTHON, skip_unless_the_sandbox_sees_this_python
+from tests.support.controllers import GANG_FINE, GANG_HANGS, GANG_SIX
+from tests.support.objects import API
+
+pytestmark = pytest.mark.e2e
+
+TRAIN = Path(__file__).resolve().parents[2] / "support" / "programs" / "train_gang.py"
+# Each rank of a Plain gang prints what the environment contract told it, then sleeps.
+CONTRACT = r"""
+import os, sys, time
+keys = ["NODUS_NODE_RANK", "NODUS_GANG_SIZE", "NODUS_WORLD_SIZE", "NODUS_RENDEZVOUS_HOST", "NODUS_RENDEZVOUS_PORT",
+        "NODUS_GANG_EPOCH", "MASTER_ADDR", "MASTER_PORT", "RANK"]
+print(" ".join(f"{k}={os.environ.get(k)}" for k in keys), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def gang(nodes: int, offerings: list[str], command: list[str], **distributed: Any) -> dict[str, Any]:
+    """A gang of one-GPU hosts on ``offerings`` (ids such as ``l4-24g-x1-eu``)."""
+    accelerators = sorted({o.rsplit("-x", 1)[0] for o in offerings})
+    return {
+        "command": command,
+        "resources": {"gpu": {"count": 1, "type": accelerators}},
+        "placement": {"offerings": offerings},
+        "distributed": {"nodes": nodes, **distributed},
+    }
+
+
+def members(running: Running, project: str, job: str, epoch: int | None = None) -> list[dict[str, Any]]:
+    attempts = running.attempts(project, job)
+    if epoch is not None:
+        attempts = [a for a in attempts if a["spec"]["number"] == epoch]
+    return sorted(attempts, key=lambda a: (a["spec"]["number"], a["spec"]["rank"]))
+
+
+def published(running: Running, *offerings: str) -> None:
+    """Wait until the controllers have published the capacity of ``offerings`` (unknown capacity is unlimited)."""
+
+    def check() -> bool:
+        with running.client() as client:
+            found = [client.get(f"{API}/offerings/{o}").json().get("status") or {} for o in offerings]
+        return all(status.get("capacity") is not None for status in found)
+
+    running.wait_for(f"the capacity of {offerings}", check, timeout=60)
+
+
+def gang_status(running: Running, project: str, job: str) -> dict[str, Any]:
+    return dict(running.job(project, job)["status"].get("gang") or {})
+
+
+def test_a_two_node_torchrun_gang_restarts_from_its_dcp_checkpoint_with_the_same_weights(running: Running) -> None:
+    skip_unless_the_sandbox_sees_this_python()
+    project = running.project()
+    steps = 80
+    spec = gang(2, ["l4-24g-x1-eu"], [sys.executable, str(TRAIN), str(steps), "0.25"], launcher="Torchrun")
+    spec["distributed"]["startupTimeout"] = "30m"  # 36 s here: torch imports on a busy machine
+    spec["recovery"] = {"checkpoint": {"interval": "1m"}}
+    spec["outputs"] = [{"name": "weights", "path": "/nodus/outputs/weights.json", "fromRanks": "All"}]
+    create(running, project, "ddp", **spec)
+
+    def gang_checkpoint() -> list[dict[str, Any]] | None:
+        first = members(running, project, "ddp", 1)
+        shards = [((a["status"].get("gang") or {}).get("shards") or []) for a in first]
+        common = set.intersection(*({s["request"] for s in r} for r in shards)) if len(shards) == 2 else set()
+        return first if common and all(a["status"]["phase"] == "Running" for a in first) else None
+
+    first = running.wait_for("a gang checkpoint of every rank", gang_checkpoint, timeout=240)
+    status = gang_status(running, project, "ddp")
+    assert status["phase"] == "Running" and status["size"] == 2 and status["started"] == 2 and status["ready"] == 2
+    assert status["rendezvous"].startswith("127.0.0.1:")
+    assert status["probe"]["path"] == "Private" and float(status["probe"]["busGbps"]) > 0
+    assert [m["rank"] for m in status["members"]] == [0, 1]
+    topology = running.job(project, "ddp")["status"]["topology"]
+    assert topology == {
+        "nodes": 2,
+        "gpusPerNode": 1,
+        "totalGPUs": 2,
+        "resolvedFrom": "Nodes",
+        "network": "Colocated",
+        "accelerator": "l4-24g",
+    }
+    nodus(running, "sim", "kill", first[1]["spec"]["node"])
+
+    done = running.wait_phase(project, "ddp", "Succeeded", "Failed", timeout=420)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    epochs = sorted({a["spec"]["number"] for a in members(running, project, "ddp")})
+    assert len(epochs) >= 2
+    killed = members(running, project, "ddp", 1)[1]
+    assert killed["status"]["phase"] == "Lost" and killed["status"]["reason"] == "NodeLost"
+    second = members(running, project, "ddp", 2)
+    assert all(a["spec"]["restore"]["manifest"] for a in second), "epoch 2 restores the gang checkpoint"
+    assert [s["rank"] for s in second[1]["spec"]["gang"]["restoreShards"]] == [0, 1]
+    assert done["status"]["gang"]["restarts"] >= 1 and done["status"]["gang"]["phase"] in ("Done", "Releasing")
+    assert done["status"]["failed"] == 0
+
+    reference = reference_weights(steps)
+    for rank in (0, 1):
+        with running.client() as client:
+            response = client.get(f"{API}/namespaces/{project}/jobs/ddp/outputs/weights", params={"rank": rank})
+        assert response.status_code == 200, response.text
+        assert json.loads(response.content) == reference, f"rank {rank} ended with other weights"
+    log = nodus(running, "logs", f"attempt/{second[0]['metadata']['name']}", "-n", project)
+    assert "restored step" in log
+
+
+def reference_weights(steps: int) -> list[str]:
+    """The weights of the same program run uninterrupted: two processes under torchrun on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"weights-{port}.json"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2"]
+    argv += [f"--master-port={port}", str(TRAIN), str(steps), "0"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NODUS_")}
+    env["WEIGHTS_OUT"] = str(out)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights = json.loads(out.read_text())
+    out.unlink()
+    return list(weights)
+
+
+def test_a_gang_whose_member_never_comes_is_placed_again_then_fails_within_its_assembly_bound(
+    running: Running,
+) -> None:
+    project = running.project()
+    published(running, GANG_FINE, GANG_HANGS)
+    command = [PYTHON, "-c", "print('never runs')"]
+    spec = gang(2, [GANG_FINE, GANG_HANGS], command, startupTimeout="5m", maxAssemblyRetries=2)
+    created = create(running, project, "stuck", **spec)
+    estimate = created["status"]["estimate"]
+    assert Decimal(estimate["assemblyBoundUSD"]) > 0 and Decimal(estimate["gangHoldUSD"]) > 0
+
+    done = running.wait_phase(project, "stuck", "Failed", "Succeeded", timeout=240)
+    assert done["status"]["reason"] == "GangAssemblyFailed", done["status"]
+    message = done["status"]["message"]
+    assert "3 times in a row (distributed.maxAssemblyRetries is 2)" in message
+    assert f"on {GANG_HANGS}) its host never registered" in message
+    attempts = members(running, project, "stuck")
+    assert sorted({a["spec"]["number"] for a in attempts}) == [1, 2, 3]
+    for number in (1, 2, 3):
+        epoch = [a for a in attempts if a["spec"]["number"] == number]
+        reasons = {(a["spec"].get("stop") or {}).get("reason") for a in epoch}
+        assert "AssemblyTimeout" in reasons, epoch
+        hung = next(a for a in epoch if a["status"]["placement"]["offering"] == GANG_HANGS)
+        assert hung["status"]["phase"] == "Stopped" and not hung["status"].get("startTime")
+    hung_hosts = {a["spec"]["node"] for a in attempts if a["status"]["placement"]["offering"] == GANG_HANGS}
+    assert len(hung_hosts) == 3, "a host that never came is released, not offered to the next try"
+
+    # The ledger: every member of every try together cost at most the bound for the budget in force here (6 s).
+    def final() -> list[dict[str, Any]] | None:
+        found = members(running, project, "stuck")
+        return found if all((a["status"].get("cost") or {}).get("final") for a in found) else None
+
+    charged = sum(Decimal(a["status"]["cost"]["totalUSD"]) for a in running.wait_for("final charges", final))
+    rates = {
+        a["status"]["placement"]["offering"]: Decimal(a["status"]["placement"]["rateUSDPerHour"]) for a in attempts
+    }
+    budget = 6 + 60  # the scaled startupTimeout and the stop allowance
+    per_try = sum(charge(rate, Decimal(math.ceil(budget / 60) * 60)) for rate in rates.values())
+    assert 0 < charged <= per_try * 3, (charged, per_try)
+    checked = verify(running)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Running) -> None:
+    project = running.project()
+    published(running, GANG_SIX)
+    create(running, project, "first", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "6"]))
+
+    def first_running() -> bool:
+        return gang_status(running, project, "first").get("phase") == "Running"
+
+    running.wait_for("the first gang to run", first_running, timeout=120)
+    create(running, project, "second", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "1"]))
+
+    def second_waits() -> list[dict[str, Any]] | None:
+        found = members(running, project, "second")
+        waiting = [a for a in found if "It waits whole" in (a["status"].get("message") or "")]
+        return found if len(found) == 4 and len(waiting) == 4 else None
+
+    waiting = running.wait_for("the second gang to wait whole", second_waits, timeout=60)
+    assert all(a["status"]["phase"] == "Pending" and not a["status"].get("placement") for a in waiting)
+    assert running.job(project, "second")["status"]["gang"]["phase"] == "Queued"
+
+    for name in ("first", "second"):
+        done = running.wait_phase(project, name, "Succeeded", "Failed", timeout=180)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+    first_end = max(a["status"]["finishTime"] for a in members(running, project, "first"))
+    second_start = min(a["status"]["scheduledTime"] for a in members(running, project, "second"))
+    assert second_start >= first_end[:19], "the second gang was placed only once the first let its hosts go"
+    log = nodus(running, "logs", "attempt/second-0-1-r3", "-n", project)
+    assert "NODUS_NODE_RANK=3 NODUS_GANG_SIZE=4 NODUS_WORLD_SIZE=4 NODUS_RENDEZVOUS_HOST=127.0.0.1" in log
+    assert "RANK=3" in log

@@ -539,7 +539,10 @@ class AttemptRun:
         while True:
             if self._stop_withdrawn:
                 return False
-            if await checkpointer.take("Suspend", self._stop_deadline):
+            # A gang rank's checkpoint before a stop is its shard of a gang checkpoint: every rank's stop has the same
+            # requestedTime, which matches the shards up.
+            gang_request = self._stop_requested_time if (self.attempt.get("spec") or {}).get("gang") else None
+            if await checkpointer.take("Suspend", self._stop_deadline, request=gang_request):
                 if checkpointer.reset_stop_failures():
                     await checkpointer.report()
                 return True

@@ -85,8 +85,13 @@ class JobReconciler:
         for body in decided.create:
             with contextlib.suppress(errors.AlreadyExists):
                 await self._client.create("attempts", body, namespace)
+        # One request time for every stop of this decision: a gang's ranks checkpoint before a stop under it,
+        # as one gang checkpoint (their shards are matched by it).
+        requested = units.format_time(units.now())
         for attempt, reason in decided.stop:
-            await stop_attempt(self._client, attempt, reason, checkpoint=decided.checkpoint_first)
+            await stop_attempt(
+                self._client, attempt, reason, checkpoint=decided.checkpoint_first, requested_time=requested
+            )
         for attempt, spec_patch in decided.patch:
             with contextlib.suppress(errors.NotFound):
                 meta = attempt["metadata"]
@@ -125,6 +130,7 @@ async def stop_attempt(
     *,
     checkpoint: bool = False,
     deadline: str | None = None,
+    requested_time: str | None = None,
 ) -> None:
     """Ask an attempt to stop. One that no host has taken yet is simply marked Stopped; a host's
     agent is asked through ``spec.stop`` and reports ``Stopped`` after SIGTERM (and SIGKILL). With
@@ -132,7 +138,7 @@ async def stop_attempt(
     meta, spec = attempt["metadata"], attempt.get("spec") or {}
     if spec.get("stop"):
         return
-    now = units.format_time(units.now())
+    now = requested_time or units.format_time(units.now())
     unstarted = (attempt.get("status") or {}).get("phase") in ("Pending", "Provisioning")
     if spec.get("gang") and unstarted and (not spec.get("node") or reason in ASSEMBLY_REASONS):
         # A gang rank's stop reason is what its epoch is read by (``gangs.Epoch.outcome``), so it is noted in

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_billing import charge, verify
 from tests.e2e.running.test_faults import nodus
-from tests.e2e.running.test_jobs import create
+from tests.e2e.running.test_jobs import create, patch_spec
 from tests.e2e.running.test_recovery import PYTHON, skip_unless_the_sandbox_sees_this_python
 from tests.support.controllers import GANG_FINE, GANG_HANGS, GANG_SIX
 from tests.support.objects import API
@@ -218,3 +219,63 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
     log = nodus(running, "logs", "attempt/second-0-1-r3", "-n", project)
     assert "NODUS_NODE_RANK=3 NODUS_GANG_SIZE=4 NODUS_WORLD_SIZE=4 NODUS_RENDEZVOUS_HOST=127.0.0.1" in log
     assert "RANK=3" in log
+
+
+# Each rank counts in its own file under the checkpoint directory and saves it when its agent asks.
+GANG_COUNTER = r"""
+import json, os, sys, time
+directory, rank = os.environ["NODUS_CHECKPOINT_DIR"], os.environ["NODUS_NODE_RANK"]
+state = os.path.join(directory, f"count-r{rank}")
+n = int(open(state).read()) if os.path.exists(state) else 0
+print("start", n, "files", ",".join(sorted(os.listdir(directory))), flush=True)
+answered = 0
+request = os.environ["NODUS_CHECKPOINT_REQUEST_FILE"]
+while n < int(sys.argv[1]):
+    n += 1
+    time.sleep(0.05)
+    if os.path.exists(request) and (seq := json.load(open(request))["seq"]) > answered:
+        with open(state + ".tmp", "w") as out:
+            out.write(str(n))
+        os.replace(state + ".tmp", state)
+        open(os.environ["NODUS_CHECKPOINT_ACK_FILE"], "w").write(str(seq))
+        answered = seq
+        while os.path.exists(request):
+            time.sleep(0.01)
+print("done", n, flush=True)
+"""
+
+
+def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_shards(running: Running) -> None:
+    project = running.project()
+    spec = {
+        "command": [PYTHON, "-c", GANG_COUNTER, "100000"],
+        "resources": {"cpu": "1"},
+        "placement": {"offerings": ["cpu-8c-eu"]},
+        "distributed": {"nodes": 2},
+        # Plain files, not a torch.distributed.checkpoint directory; a long interval: only the suspend saves.
+        "recovery": {"checkpoint": {"format": "Snapshot", "interval": "2h"}},
+    }
+    create(running, project, "counting", **spec)
+    running.wait_for("the gang to run", lambda: gang_status(running, project, "counting").get("phase") == "Running")
+    patch_spec(running, project, "counting", {"state": "Suspended"})
+    suspended = running.wait_phase(project, "counting", "Suspended", timeout=120)
+    assert suspended["status"]["gang"]["phase"] == "Done"
+    first = members(running, project, "counting", 1)
+    assert [a["status"]["phase"] for a in first] == ["Stopped", "Stopped"]
+    tokens = [{s["request"] for s in a["status"]["gang"]["shards"]} for a in first]
+    assert tokens[0] & tokens[1], "both ranks saved under the suspend's one request"
+
+    patch_spec(running, project, "counting", {"state": "Running"})
+    running.wait_for("the second epoch to run", lambda: len(members(running, project, "counting", 2)) == 2)
+    second = members(running, project, "counting", 2)
+    assert [s["rank"] for s in second[0]["spec"]["gang"]["restoreShards"]] == [0, 1]
+
+    def started(name: str) -> re.Match[str] | None:
+        return re.search(r"^start (\d+) files (\S+)$", nodus(running, "logs", f"attempt/{name}", "-n", project), re.M)
+
+    for attempt in second:
+        found = running.wait_for("the restored start line", lambda a=attempt: started(a["metadata"]["name"]))
+        assert int(found.group(1)) > 0, "it resumed from its own count"
+        assert found.group(2) == "count-r0,count-r1", "every rank's shard was restored"
+    patch_spec(running, project, "counting", {"state": "Cancelled"})
+    running.wait_phase(project, "counting", "Cancelled", timeout=120)

@@ -2,7 +2,8 @@
 
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
-NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints or recovery (repeatable).
+NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery or gangs
+(repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -33,6 +34,7 @@ from bench import (
     checkpoints,
     common,
     create_throughput,
+    gangs,
     list_large,
     output_streaming,
     recovery,
@@ -53,6 +55,7 @@ BENCHMARKS = (
     "calibration",
     "checkpoints",
     "recovery",
+    "gangs",
 )
 
 
@@ -69,6 +72,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 5},
             "checkpoints": {"size_mib": 256, "rounds": 1},
             "recovery": {"jobs": 30},
+            "gangs": {"rounds": 2, "restarts": 2},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -81,6 +85,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "calibration": {"seed": calibration.SEED, "jobs": 420, "sharded_jobs": 80, "seeds": 20},
         "checkpoints": {"size_mib": 1024, "rounds": 3},
         "recovery": {"jobs": 100},
+        "gangs": {"rounds": 5, "restarts": 5},
     }
 
 
@@ -133,6 +138,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["recovery"] = await recovery.run(workdir / "recovery", **params["recovery"])
         results["recovery"]["seconds"] = time.monotonic() - started
+    if "gangs" in only:
+        started = time.monotonic()
+        results["gangs"] = await gangs.run(workdir / "gangs", **params["gangs"])
+        results["gangs"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -340,6 +349,8 @@ def table(results: dict[str, Any]) -> str:
         rows.extend(checkpoints.rows(results["checkpoints"]))
     if "recovery" in results:
         rows.extend(recovery.rows(results["recovery"]))
+    if "gangs" in results:
+        rows.extend(gangs.rows(results["gangs"]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -331,8 +331,9 @@ class AttemptStrategy(Strategy):
 
 
 def _committed(status: Object) -> object:
+    """What an ended attempt may not change: its checkpoint and, for a gang rank, the shards it committed."""
     checkpoint = status.get("checkpoint") or {}
-    return checkpoint.get("manifest"), checkpoint.get("seq")
+    return checkpoint.get("manifest"), checkpoint.get("seq"), (status.get("gang") or {}).get("shards")
 
 
 def _node(obj: Object) -> str:

@@ -1,11 +1,12 @@
-"""``status.conditions`` as ``metav1.Condition``: set one by type, moving its time only on a change."""
+"""``status.conditions`` as ``metav1.Condition`` (set one by type, moving its time only on a change), and the
+reason, message and fix that explain the Job's state."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from nodus.apimachinery import units
+from nodus.apimachinery import statusreasons, units
 
 Object = dict[str, Any]
 
@@ -37,3 +38,15 @@ def set(
     existing.update(status=value, reason=reason, message=message)
     if generation is not None:
         existing["observedGeneration"] = generation
+
+
+def explain(status: Object, reason: str | None, message: str | None) -> None:
+    """DECISIONS 25: ``status.reason``, ``message`` and ``fix`` explain the current state and go when it is over
+    (``reason`` None clears them); the fix, and a missing message, come from the registered reason."""
+    if reason is None:
+        for key in ("reason", "message", "fix"):
+            status.pop(key, None)
+        return
+    status["reason"] = reason
+    status["message"] = message or statusreasons.get(reason).summary
+    status["fix"] = statusreasons.get(reason).fix

@@ -104,7 +104,7 @@ def assembly_exhausted(spec: Object, attempts: list[Object]) -> tuple[str, str] 
 
 def start_epoch(base: Object, spec: Object, attempts: list[Object], number: int) -> tuple[list[Object], list[Object]]:
     """(rank attempts to create, leftover ranks still to stop): the epoch ``number`` from the slot's attempt
-    ``base`` (``planning.attempt_for``); nothing is created while a rank of an earlier epoch still runs."""
+    ``base`` (``attempts.attempt_for``); nothing is created while a rank of an earlier epoch still runs."""
     leftovers = [a for a in attempts if is_live(a)]
     if leftovers:
         return [], [a for a in leftovers if not (a.get("spec") or {}).get("stop")]

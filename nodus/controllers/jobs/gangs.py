@@ -173,7 +173,7 @@ def assembly_deadline(epoch: Epoch, spec: Object, time_scale: float = 1.0) -> da
 
 
 def members_for(base: Object, spec: Object, number: int) -> list[Object]:
-    """The rank attempts of epoch ``number``, from the attempt ``planning.attempt_for`` made for the slot."""
+    """The rank attempts of epoch ``number``, from the attempt ``attempts.attempt_for`` made for the slot."""
     distributed = spec["distributed"]
     resolved = topology.shape_of(spec)
     size = resolved[0].nodes if resolved is not None else int(distributed.get("nodes") or 2)

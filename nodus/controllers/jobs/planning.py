@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodus.apimachinery import estimates, statusreasons, units, workloads
+from nodus.apimachinery import statusreasons, units
 from nodus.controllers.jobs import (
     conditions,
+    funding,
     gangplanning,
     gangreporting,
     gangs,
@@ -29,7 +30,9 @@ from nodus.controllers.jobs import (
     ranges,
     recovering,
     reporting,
+    suspending,
 )
+from nodus.controllers.jobs.attempts import attempt_for
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.slots import BOUND, Slots, phase
 
@@ -39,12 +42,8 @@ FINALIZER = "nodus.dev/stop-attempts"
 RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
-# A suspend's checkpoint is tried this many times (the first try and two retries) before the Job keeps running.
-SUSPEND_TRIES = 3
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
 PERMANENT_REASONS = frozenset({"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable"})
-# Why an attempt waits unfunded (nodus.controllers.billing.WAITS).
-_WAITS_FOR_MONEY = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExceeded"})
 
 
 @dataclass
@@ -158,8 +157,9 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         result.wake_at(now, deadline)
 
     if state == "Suspended":
-        return _suspend(result, spec, raw, now)
-    _resume(result, raw, now)
+        result.stop, result.checkpoint_first = suspending.suspend(status, spec, raw.live(), now)
+        return result
+    result.patch += suspending.resume(status, raw.live(), now)
 
     queue_deadline = _queue_deadline(status, spec)
     if queue_deadline is not None:
@@ -215,7 +215,7 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         if isinstance(pins, pinning.Blocked):
             if pins.final:
                 return _finish(result, raw, now, "Failed", pins.reason, pins.message)
-            _reason(status, pins.reason, pins.message)
+            conditions.explain(status, pins.reason, pins.message)
             _derive_phase(status, slots, live, False)
             return result
         result.create = [
@@ -237,29 +237,8 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         result.patch += settled.patch
         result.wake_at(now, settled.wake_at)
     _derive_phase(status, slots, live, bool(result.create))
-    _funding(status, live, now)
+    funding.report(status, live, now)
     return result
-
-
-def _funding(status: Object, live: list[Object], now: datetime) -> None:
-    """DECISIONS 15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
-    waits; the Job says so (``Funded``)."""
-    waiting = [a for a in live if (a.get("status") or {}).get("reason") in _WAITS_FOR_MONEY]
-    # Running attempts whose holds could not be extended stop at their funded edge: the earliest is the Job's.
-    edges = sorted(str(a["status"]["stopByTime"]) for a in waiting if (a.get("status") or {}).get("stopByTime"))
-    if edges:
-        status["stopByTime"] = edges[0]
-    else:
-        status.pop("stopByTime", None)
-    if waiting:
-        attempt_status = waiting[0].get("status") or {}
-        reason, message = str(attempt_status["reason"]), str(attempt_status.get("message") or "")
-        if edges:
-            message = f"{message}; running attempts stop at {edges[0]} unless funds are added"
-        conditions.set(status, "Funded", "False", reason, message, now)
-        _reason(status, reason, message)
-    elif (conditions.get(status, "Funded") or {}).get("status") == "False":
-        conditions.set(status, "Funded", "True", "Funded", "The project's credit covers the Job's holds.", now)
 
 
 def _nothing(plural: str, name: str) -> Object | None:
@@ -273,7 +252,7 @@ def _blocked(result: Plan, raw: Slots, now: datetime, blocked: pinning.Blocked, 
     status = result.status
     status["phase"] = "Pending"
     conditions.set(status, "Admitted", "False", blocked.reason, blocked.message, now, meta.get("generation"))
-    _reason(status, blocked.reason, blocked.message)
+    conditions.explain(status, blocked.reason, blocked.message)
     return result
 
 
@@ -341,76 +320,10 @@ def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) ->
         return
     start = units.parse_time(status["timeoutStartTime"])
     suspended = units.parse_duration(status.get("suspendedDuration") or "0s")
-    since = _suspended_since(status)
+    since = suspending.suspended_since(status)
     if since is not None:
         suspended += max(now - since, timedelta(0))
     status["timeoutTime"] = units.format_time(start + units.parse_duration(spec["timeout"]) + suspended)
-
-
-def _suspend(result: Plan, spec: Object, slots: Slots, now: datetime) -> Plan:
-    """Stop every live attempt, a Checkpointed Job's with a checkpoint first. A checkpoint that fails is retried
-    twice; then the attempt keeps running and the Job says ``SuspendFailed`` (``suspendFailures``)."""
-    status = result.status
-    live = slots.live()
-    result.stop = [(a, "Suspended") for a in live]
-    result.checkpoint_first = recovering.continuity(spec) == "Checkpointed"
-    failures = max((_stop_failures(a) for a in live), default=0)
-    if _suspended_since(status) is None:
-        conditions.set(status, "Suspended", "True", "Suspended", "spec.state is Suspended.", now)
-    if failures:
-        status["suspendFailures"] = failures
-    if failures >= SUSPEND_TRIES:
-        status["phase"] = "Running"
-        message = (
-            f"The suspend's checkpoint failed {failures} times, so the Job keeps running: {_stop_failure_message(live)}"
-        )
-        conditions.set(status, "SuspendFailed", "True", "SuspendFailed", message, now)
-        _reason(status, "SuspendFailed", message)
-        return result
-    status["phase"] = "Suspending" if live else "Suspended"
-    _reason(status, "Suspended", "The Job is suspended; set spec.state to Running to resume.")
-    return result
-
-
-def _stop_failures(attempt: Object) -> int:
-    return int(((attempt.get("status") or {}).get("checkpoint") or {}).get("stopFailures") or 0)
-
-
-def _stop_failure_message(live: list[Object]) -> str:
-    for attempt in live:
-        failure = ((attempt.get("status") or {}).get("checkpoint") or {}).get("lastFailure") or {}
-        if failure.get("message"):
-            return str(failure["message"])
-    return "no checkpoint could be taken."
-
-
-def _resume(result: Plan, slots: Slots, now: datetime) -> None:
-    """``spec.state`` is Running: withdraw the stop of a suspend that has not stopped its attempt yet (its
-    checkpoint failed, or is still being taken), and close the suspended period."""
-    status = result.status
-    result.patch += [
-        (a, {"stop": None})
-        for a in slots.live()
-        if ((a.get("spec") or {}).get("stop") or {}).get("reason") == "Suspended"
-    ]
-    status.pop("suspendFailures", None)
-    if (conditions.get(status, "SuspendFailed") or {}).get("status") == "True":
-        conditions.set(status, "SuspendFailed", "False", "Resumed", "spec.state is Running.", now)
-    since = _suspended_since(status)
-    if since is None:
-        return
-    if status.get("timeoutStartTime"):
-        total = units.parse_duration(status.get("suspendedDuration") or "0s") + max(now - since, timedelta(0))
-        status["suspendedDuration"] = units.format_duration(total)
-    conditions.set(status, "Suspended", "False", "Resumed", "spec.state is Running.", now)
-    _reason(status, None, None)
-
-
-def _suspended_since(status: Object) -> datetime | None:
-    condition = conditions.get(status, "Suspended")
-    if condition is None or condition.get("status") != "True":
-        return None
-    return units.time_or_none(condition.get("lastTransitionTime"))
 
 
 def _queue_deadline(status: Object, spec: Object) -> datetime | None:
@@ -431,23 +344,12 @@ def _finish(result: Plan, slots: Slots, now: datetime, phase_: str, reason: str,
     status["active"] = len(slots.live())
     if phase_ == "Succeeded":
         conditions.set(status, "Complete", "True", reason, message, now)
-        _reason(status, None, None)
+        conditions.explain(status, None, None)
     else:
         conditions.set(status, "Failed", "True", reason, message, now)
-        _reason(status, reason, message)
+        conditions.explain(status, reason, message)
     result.stop = [(a, reason) for a in slots.live()]
     return result
-
-
-def _reason(status: Object, reason: str | None, message: str | None) -> None:
-    """DECISIONS 25: reason, message and fix explain the current state and go when it is over."""
-    if reason is None:
-        for key in ("reason", "message", "fix"):
-            status.pop(key, None)
-        return
-    status["reason"] = reason
-    status["message"] = message or statusreasons.get(reason).summary
-    status["fix"] = statusreasons.get(reason).fix
 
 
 def _indexes_to_start(slots: Slots, completions: int, parallelism: int) -> list[int]:
@@ -464,70 +366,6 @@ def _indexes_to_start(slots: Slots, completions: int, parallelism: int) -> list[
     return out
 
 
-# Copied from the Job's spec into every Attempt as they are.
-_COPIED = (
-    "command",
-    "args",
-    "workingDir",
-    "env",
-    "resources",
-    "placement",
-    "expectedDuration",
-    "scaledownWindow",
-    "initCommand",
-    "sidecars",
-    "network",
-    "outputs",
-    "recovery",
-    "completeByTime",
-)
-
-
-def attempt_for(
-    job: Object, index: int, number: int, pins: pinning.Pins | None = None, carried: Object | None = None
-) -> Object:
-    """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned, and
-    what it starts from (``carried``: the checkpoint to restore or the progress cursor)."""
-    meta, spec = job["metadata"], job.get("spec") or {}
-    pinned = {key: spec[key] for key in _COPIED if spec.get(key) is not None}
-    pinned.update(carried or {})
-    image = spec.get("image") or spec.get("imageRef")
-    if image:
-        pinned["image"] = image
-    if pins is not None:
-        pinned.update(pins.attempt())
-    source = reporting.pinned_source(spec, job.get("status") or {})
-    if source is not None:
-        pinned["source"] = source
-    bound = estimates.bound_rate(job)
-    if bound is not None:
-        pinned["placement"] = estimates.capped_placement(pinned.get("placement") or {}, bound)
-    return {
-        "apiVersion": "nodus.dev/v1",
-        "kind": "Attempt",
-        "metadata": {
-            "name": f"{meta['name']}-{index}-{number}",
-            "namespace": meta["namespace"],
-            "labels": {
-                "nodus.dev/job": meta["name"],
-                "nodus.dev/index": str(index),
-                workloads.LABEL: workloads.signature(spec),
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "nodus.dev/v1",
-                    "kind": "Job",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {"job": meta["name"], "jobUID": meta["uid"], "index": index, "number": number, **pinned},
-    }
-
-
 def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bool) -> None:
     phases = {phase(a) for a in live}
     recovering = any(slot.recovering for slot in slots.by_index.values())
@@ -535,14 +373,14 @@ def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bo
     # "Provisioning" and "Queued" are for capacity not there yet, "Recovering" for capacity lost.
     if "Running" in phases or (status.get("startTime") and not recovering and (live or creating)):
         status["phase"] = "Running"
-        _reason(status, None, None)
+        conditions.explain(status, None, None)
     elif phases & BOUND:
         status["phase"] = "Recovering" if recovering else "Provisioning"
-        _reason(status, None, None)
+        conditions.explain(status, None, None)
     elif live or creating:
         status["phase"] = "Recovering" if recovering else "Queued"
         waiting = _unschedulable_message(live)
-        _reason(status, "Unschedulable" if waiting else None, waiting or None)
+        conditions.explain(status, "Unschedulable" if waiting else None, waiting or None)
     status["active"] = len(live)
 
 

@@ -1,4 +1,4 @@
-"""The Attempt strategy's status rules: an ended attempt's checkpoint is final."""
+"""The Attempt strategy's status rules: an ended attempt's checkpoint (and a gang rank's shards) is final."""
 
 from __future__ import annotations
 
@@ -38,3 +38,13 @@ def test_other_status_writes_to_an_ended_attempt_pass() -> None:
     new = attempt("Lost", {"seq": 1, "manifest": MANIFEST})
     new["status"]["cost"] = {"totalUSD": "1.00"}
     assert AttemptStrategy().validate_status_update(new, old) == []
+
+
+def test_an_ended_gang_rank_cannot_list_a_new_shard() -> None:
+    shard = {"request": "2026-11-29T12:00:00Z", "seq": 1, "manifest": MANIFEST}
+    old = attempt("Lost", {"seq": 1, "manifest": MANIFEST})
+    old["status"]["gang"] = {"shards": [shard]}
+    new = attempt("Lost", {"seq": 1, "manifest": MANIFEST})
+    new["status"]["gang"] = {"shards": [shard, {**shard, "request": "2026-11-29T12:05:00Z", "seq": 2}]}
+    errors = AttemptStrategy().validate_status_update(new, old)
+    assert errors and "can no longer be committed" in errors[0].detail

@@ -1,0 +1,40 @@
+"""Whether a Job's attempts are funded (DECISIONS 15): the ``Funded`` condition and ``status.stopByTime``.
+
+An attempt whose hold the project's credit, the Job's ``maxCostUSD`` or a Budget cannot fund waits without
+capacity (the billing controller says why in its reason); a running one whose hold could not be extended
+stops at its funded edge. The Job reports the first such reason and the earliest edge, and says ``Funded``
+again once none waits.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from nodus.controllers.jobs import conditions
+
+Object = dict[str, Any]
+
+# Why an attempt waits unfunded (nodus.controllers.billing.WAITS).
+WAITS_FOR_MONEY = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExceeded"})
+
+
+def report(status: Object, live: list[Object], now: datetime) -> None:
+    """DECISIONS 15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
+    waits; the Job says so (``Funded``)."""
+    waiting = [a for a in live if (a.get("status") or {}).get("reason") in WAITS_FOR_MONEY]
+    # Running attempts whose holds could not be extended stop at their funded edge: the earliest is the Job's.
+    edges = sorted(str(a["status"]["stopByTime"]) for a in waiting if (a.get("status") or {}).get("stopByTime"))
+    if edges:
+        status["stopByTime"] = edges[0]
+    else:
+        status.pop("stopByTime", None)
+    if waiting:
+        attempt_status = waiting[0].get("status") or {}
+        reason, message = str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+        if edges:
+            message = f"{message}; running attempts stop at {edges[0]} unless funds are added"
+        conditions.set(status, "Funded", "False", reason, message, now)
+        conditions.explain(status, reason, message)
+    elif (conditions.get(status, "Funded") or {}).get("status") == "False":
+        conditions.set(status, "Funded", "True", "Funded", "The project's credit covers the Job's holds.", now)

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nodus.agent.manifests import CHUNK_SIZE, Manifest, ManifestInvalid
+from nodus.agent.manifests import CHUNK_SIZE, Manifest, ManifestInvalid, merge
 from nodus.agent.snapshots import Mirror
 from tests.agent.trees import CREATED, STATE, checkpoint, make_tree
 
@@ -134,3 +134,41 @@ def test_invalid_manifests_are_refused(change: Callable[[dict[str, Any]], Any], 
 
 def test_the_valid_table_base_parses() -> None:
     assert Manifest.from_bytes(orjson.dumps(_valid())).size == CHUNK_SIZE + 1
+
+
+def _shard(files: dict[str, str], seq: int = 1) -> Manifest:
+    """A one-root manifest holding ``files`` (name -> digest letter) under STATE."""
+    entries: list[dict[str, Any]] = [{"path": STATE, "type": "dir", "mode": 0o755}]
+    for name, letter in sorted(files.items()):
+        entries.append(
+            {"path": f"{STATE}/{name}", "type": "file", "mode": 0o644, "size": 1, "chunks": [f"sha256:{letter * 64}"]}
+        )
+    return Manifest.from_bytes(orjson.dumps({**_valid(), "seq": seq, "entries": entries}))
+
+
+def test_a_gang_checkpoints_shards_merge_into_one_tree_the_last_shard_winning() -> None:
+    rank0 = _shard({"__0_0.distcp": "a", ".metadata": "b"}, seq=3)
+    rank1 = _shard({"__1_0.distcp": "c", ".metadata": "d"}, seq=5)
+    merged = merge([rank0, rank1])
+    merged.check()
+    assert [e.path.rsplit("/", 1)[-1] for e in merged.entries] == ["state", ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert merged.entries[1].chunks == ("sha256:" + "d" * 64,), "the later (own) shard wins a path both hold"
+    assert merged.seq == 5
+
+
+def test_shards_that_cannot_be_one_tree_are_refused() -> None:
+    as_file = _shard({"sub": "a"})
+    as_directory = Manifest.from_bytes(
+        orjson.dumps(
+            {
+                **_valid(),
+                "entries": [
+                    {"path": STATE, "type": "dir", "mode": 0o755},
+                    {"path": f"{STATE}/sub", "type": "dir", "mode": 0o755},
+                    {"path": f"{STATE}/sub/x", "type": "file", "mode": 0o644, "size": 0, "chunks": []},
+                ],
+            }
+        )
+    )
+    with pytest.raises(ManifestInvalid):
+        merge([as_directory, as_file])

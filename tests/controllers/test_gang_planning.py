@@ -22,7 +22,11 @@ def gang_job(nodes: int = 2, **distributed: Any) -> Object:
 
 def rank(number: int, r: int, phase: str, size: int = 2, **status: Any) -> Object:
     scheduled = units.format_time(NOW - timedelta(minutes=1))
-    base: Object = {"scheduledTime": scheduled, "placement": {"offering": "h100-x1-us", "regionClass": "us"}}
+    base: Object = {
+        "scheduledTime": scheduled,
+        "provisioningTime": scheduled,
+        "placement": {"offering": "h100-x1-us", "regionClass": "us"},
+    }
     if phase == "Pending":
         base = {}
     return {

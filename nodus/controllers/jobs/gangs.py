@@ -73,9 +73,10 @@ class Epoch:
         """Every rank started the command (the gang met; a later loss is a restart, not an assembly failure)."""
         return self.started >= self.size
 
-    def scheduled_at(self) -> datetime | None:
-        """When the scheduler placed the gang: the assembly clock starts then (queueing is not assembly)."""
-        times = [t for a in self.members if (t := units.time_or_none((a.get("status") or {}).get("scheduledTime")))]
+    def provisioned_at(self) -> datetime | None:
+        """When the gang's hosts were assigned (every rank funded, ``provisioningTime``): the assembly clock
+        starts then, as billing does; waiting for capacity or for funds is not assembly."""
+        times = [t for a in self.members if (t := units.time_or_none((a.get("status") or {}).get("provisioningTime")))]
         return min(times, default=None)
 
     def stopping_for(self) -> str | None:
@@ -162,8 +163,8 @@ def assembly_failures(attempts: list[Object], launcher: str) -> int:
 
 
 def assembly_deadline(epoch: Epoch, spec: Object, time_scale: float = 1.0) -> datetime | None:
-    """When the epoch's assembly times out: ``startupTimeout`` (times the test scale) after placement."""
-    placed = epoch.scheduled_at()
+    """When the epoch's assembly times out: ``startupTimeout`` (times the test scale) after its hosts were assigned."""
+    placed = epoch.provisioned_at()
     if placed is None or epoch.assembled:
         return None
     timeout = units.parse_duration(

@@ -1,8 +1,8 @@
 """The provisioner: gives each placed Attempt a host, and releases hosts nobody uses.
 
 After the scheduler has placed an Attempt (``status.placement``: an offering, and a warm node when
-it chose to reuse one) and the billing controller has funded it (a hold: ``status.cost.fundedUntilTime``),
-the provisioner assigns it a Node: the warm one if it is still free, else a
+it chose to reuse one) and the billing controller has funded it (a hold: ``status.cost.fundedUntilTime``;
+for a gang rank, every rank of its epoch), the provisioner assigns it a Node: the warm one if it is still free, else a
 new Node in phase ``Booting`` that the provider brings up. The assignment is one write to the
 Attempt (``spec.node``, ``spec.offering`` and the ``nodus.dev/node`` label its agent selects on),
 guarded by the resourceVersion read, so a stale view is refused and retried. A Node created for an
@@ -33,6 +33,8 @@ NODE_INDEX = "node"
 RAN_ON_INDEX = "ran-on"
 USABLE_NODE_PHASES = frozenset({"Booting", "Ready"})
 REUSE_GRACE = timedelta(seconds=10)
+# How soon a gang rank that is funded looks again whether its peers are (their holds are placed one by one).
+GANG_FUNDING_RECHECK = 0.5
 
 
 def nodes_of(attempt: Object) -> list[str]:
@@ -122,6 +124,9 @@ class AttemptProvisioner:
             or not (status.get("cost") or {}).get("fundedUntilTime")
         ):
             return None
+        if not self._gang_funded(attempt):
+            # A gang's hosts come up together: none is billed while another rank waits for its hold.
+            return Result(requeue_after=GANG_FUNDING_RECHECK)
         node_name = placement.get("node")
         if not node_name or not self._free(node_name, attempt):
             offering = self._offerings.get(None, placement["offering"])
@@ -165,6 +170,16 @@ class AttemptProvisioner:
                 return name
         created = await self._client.create("nodes", node_for(offering, self._provider, now))
         return str(created["metadata"]["name"])
+
+    def _gang_funded(self, attempt: Object) -> bool:
+        """Every rank of the attempt's gang epoch is funded (a plain attempt: True)."""
+        members = ((attempt.get("spec") or {}).get("gang") or {}).get("members") or []
+        namespace = attempt["metadata"]["namespace"]
+        for name in members:
+            member = self._attempts.get(namespace, name)
+            if member is None or not ((member.get("status") or {}).get("cost") or {}).get("fundedUntilTime"):
+                return False
+        return True
 
     def _free(self, node_name: str, attempt: Object) -> bool:
         node = self._nodes.get(None, node_name)

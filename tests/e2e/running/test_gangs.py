@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_billing import charge, verify
 from tests.e2e.running.test_faults import nodus
-from tests.e2e.running.test_jobs import create, patch_spec
+from tests.e2e.running.test_jobs import create, kubectl, patch_spec
 from tests.e2e.running.test_recovery import PYTHON, skip_unless_the_sandbox_sees_this_python
 from tests.support.controllers import GANG_FINE, GANG_HANGS, GANG_SIX
 from tests.support.objects import API
@@ -190,10 +191,16 @@ def test_a_gang_whose_member_never_comes_is_placed_again_then_fails_within_its_a
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Running) -> None:
+def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Running, kubectl_binary: Path) -> None:
     project = running.project()
     published(running, GANG_SIX)
-    create(running, project, "first", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "6"]))
+    manifest = {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Job",
+        "metadata": {"name": "first"},
+        "spec": {"image": "python:3.12-slim", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "6"])},
+    }
+    kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
     def first_running() -> bool:
         return gang_status(running, project, "first").get("phase") == "Running"
@@ -216,6 +223,12 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
     first_end = max(a["status"]["finishTime"] for a in members(running, project, "first"))
     second_start = min(a["status"]["scheduledTime"] for a in members(running, project, "second"))
     assert second_start >= first_end[:19], "the second gang was placed only once the first let its hosts go"
+    phase = kubectl(kubectl_binary, running, project, "get", "job", "first", "-o", "jsonpath={.status.gang.phase}")
+    assert phase == "Done"
+    listed = kubectl(
+        kubectl_binary, running, project, "get", "attempts", "-l", "nodus.dev/job=second,nodus.dev/gang-epoch=1"
+    )
+    assert all(f"second-0-1-r{rank}" in listed for rank in range(4))
     log = nodus(running, "logs", "attempt/second-0-1-r3", "-n", project)
     assert "NODUS_NODE_RANK=3 NODUS_GANG_SIZE=4 NODUS_WORLD_SIZE=4 NODUS_RENDEZVOUS_HOST=127.0.0.1" in log
     assert "RANK=3" in log

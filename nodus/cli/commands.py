@@ -106,9 +106,16 @@ def add_outputs_get_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="the Job's name")
     parser.add_argument("output", help="the output's name (spec.outputs[].name)")
     parser.add_argument("--index", type=int, default=0, help="the Job index that produced it (default 0)")
-    parser.add_argument("--rank", type=int, help="the gang rank that produced it (default: the only or lowest)")
+    parser.add_argument(
+        "--rank", type=int, help="the gang rank that produced it (default: every rank's, each under rank-<n>/)"
+    )
     parser.add_argument("-n", "--namespace", "--project", dest="project", help="the project (default: kubeconfig's)")
-    parser.add_argument("-o", "--output-file", dest="file", help="where to write it; - for stdout (default: its name)")
+    parser.add_argument(
+        "-o",
+        "--output-file",
+        dest="file",
+        help="where to write it; - for stdout (default: its name); for every rank's, the directory to put rank-<n>/ in",
+    )
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
 
 
@@ -127,44 +134,72 @@ def attachment_name(disposition: str) -> str | None:
 
 
 def outputs_get(args: argparse.Namespace) -> None:
-    """Download a committed output of a Job to a file (the server's file name unless -o says otherwise)."""
-    import os
-
+    """Download a committed output of a Job to a file (the server's file name unless -o says otherwise). An output
+    a gang collected from every rank (``fromRanks: All``) is downloaded rank by rank into ``rank-<n>/`` (under
+    the directory -o names, if any) unless ``--rank`` picks one (DECISIONS 7)."""
     from nodus.client import Client, ClientConfig, errors
 
     config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
     project = _project(args, config)
     url = f"/apis/nodus.dev/v1/namespaces/{project}/jobs/{args.job}/outputs/{args.output}"
-    params: dict[str, Any] = {"index": args.index}
-    if args.rank is not None:
-        params["rank"] = args.rank
 
-    async def main() -> str:
+    async def main() -> list[str]:
         async with Client(config, user_agent="nodus-cli", timeout=300.0) as client:
             try:
-                async with client.open_download(url, params) as response:
-                    if args.file == "-":
-                        async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
-                            sys.stdout.buffer.write(chunk)
-                        sys.stdout.buffer.flush()
-                        return "-"
-                    name = args.file or attachment_name(response.headers.get("content-disposition", "")) or args.output
-                    target = Path(name)
-                    partial = target.with_name(target.name + ".part")
-                    try:
-                        with partial.open("wb") as handle:
-                            async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
-                                handle.write(chunk)
-                        os.replace(partial, target)
-                    finally:
-                        partial.unlink(missing_ok=True)
-                    return str(target)
+                ranks = [args.rank] if args.rank is not None else await _ranks_of(client, project, args)
+                if len(ranks) <= 1 or args.file == "-":
+                    params = {"index": args.index, **({"rank": ranks[0]} if ranks and ranks[0] is not None else {})}
+                    return [await _download(client, url, params, args.file, args.output)]
+                base = Path(args.file or ".")
+                written = []
+                for rank in ranks:
+                    (base / f"rank-{rank}").mkdir(parents=True, exist_ok=True)
+                    params = {"index": args.index, "rank": rank}
+                    written.append(await _download(client, url, params, None, args.output, base / f"rank-{rank}"))
+                return written
             except errors.APIError as exc:
                 raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
 
-    written = asyncio.run(main())
-    if written != "-":
-        print(f"job/{args.job} output {args.output} (index {args.index}) written to {written}", file=sys.stderr)
+    for written in asyncio.run(main()):
+        if written != "-":
+            print(f"job/{args.job} output {args.output} (index {args.index}) written to {written}", file=sys.stderr)
+
+
+async def _ranks_of(client: Any, project: str, args: argparse.Namespace) -> list[int | None]:
+    """The gang ranks that committed the output at the index (``[None]`` for an output without ranks)."""
+    job = await client.get("jobs", args.job, project)
+    entries = [
+        o
+        for o in (job.get("status") or {}).get("outputs") or []
+        if o.get("name") == args.output and int(o.get("index") or 0) == args.index
+    ]
+    ranks = sorted({int(o["rank"]) for o in entries if o.get("rank") is not None})
+    return list(ranks) if ranks else [None]
+
+
+async def _download(
+    client: Any, url: str, params: dict[str, Any], file: str | None, default: str, directory: Path | None = None
+) -> str:
+    """Stream one output to ``file`` (``-``: stdout), else to the server's file name in ``directory``."""
+    import os
+
+    async with client.open_download(url, params) as response:
+        if file == "-":
+            async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            return "-"
+        name = file or attachment_name(response.headers.get("content-disposition", "")) or default
+        target = (directory / name) if directory is not None else Path(name)
+        partial = target.with_name(target.name + ".part")
+        try:
+            with partial.open("wb") as handle:
+                async for chunk in response.aiter_bytes(TRANSFER_CHUNK):
+                    handle.write(chunk)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return str(target)
 
 
 def add_volumes_upload_flags(parser: argparse.ArgumentParser) -> None:

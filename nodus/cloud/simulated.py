@@ -31,6 +31,9 @@ Object = dict[str, Any]
 log = logging.getLogger("nodus.cloud.sim")
 
 PID_ANNOTATION = "sim.nodus.dev/pid"
+# The pid of a host's agent, also kept beside its work directory: a controller that dies between booting a host
+# and annotating its Node must not leave a host no one can adopt (and so no fault can reach).
+PID_FILE = "pid"
 
 
 @dataclass
@@ -88,9 +91,13 @@ class SimulatedCloud:
         return host is not None and host.pid is None and host.boot is not None and not host.boot.done()
 
     def adopt(self, node: Object) -> bool:
-        """Take over a host a previous controller started (its pid is on the Node); True if alive."""
+        """Take over a host a previous controller started (its pid is on the Node, or in the host's ``pid`` file
+        when that controller died before writing the annotation); True if alive."""
         name = node["metadata"]["name"]
         text = ((node["metadata"].get("annotations") or {}).get(PID_ANNOTATION)) or ""
+        if not text.isdigit():
+            with contextlib.suppress(OSError):
+                text = (self.config.work_dir / name / PID_FILE).read_text().strip()
         if name in self._hosts or not text.isdigit() or not _alive(int(text)):
             return False
         self._hosts[name] = _Host(pid=int(text))
@@ -158,6 +165,7 @@ class SimulatedCloud:
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
             )
         host.pid = process.pid
+        (work / PID_FILE).write_text(str(process.pid))
         # Reap the child when it exits so it does not linger as a zombie (and read as alive).
         asyncio.create_task(process.wait(), name=f"reap {name}")  # noqa: RUF006 - lives as long as the process
         log.info("booted node %s (offering %s) as pid %d", name, offering["metadata"]["name"], process.pid)

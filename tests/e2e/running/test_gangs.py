@@ -39,6 +39,7 @@ import os, sys, time
 keys = ["NODUS_NODE_RANK", "NODUS_GANG_SIZE", "NODUS_WORLD_SIZE", "NODUS_RENDEZVOUS_HOST", "NODUS_RENDEZVOUS_PORT",
         "NODUS_GANG_EPOCH", "MASTER_ADDR", "MASTER_PORT", "RANK"]
 print(" ".join(f"{k}={os.environ.get(k)}" for k in keys), flush=True)
+open("/nodus/outputs/who.txt", "w").write(os.environ["NODUS_NODE_RANK"])
 time.sleep(float(sys.argv[1]))
 """
 
@@ -206,7 +207,14 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
         return gang_status(running, project, "first").get("phase") == "Running"
 
     running.wait_for("the first gang to run", first_running, timeout=120)
-    create(running, project, "second", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "1"]))
+    second = gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "1"])
+    create(
+        running,
+        project,
+        "second",
+        **second,
+        outputs=[{"name": "who", "path": "/nodus/outputs/who.txt", "fromRanks": "All"}],
+    )
 
     def second_waits() -> list[dict[str, Any]] | None:
         found = members(running, project, "second")
@@ -232,6 +240,9 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
     log = nodus(running, "logs", "attempt/second-0-1-r3", "-n", project)
     assert "NODUS_NODE_RANK=3 NODUS_GANG_SIZE=4 NODUS_WORLD_SIZE=4 NODUS_RENDEZVOUS_HOST=127.0.0.1" in log
     assert "RANK=3" in log
+    # fromRanks: All: each rank's file, committed with its rank, downloaded under rank-<n>/ (DECISIONS 7).
+    nodus(running, "outputs", "get", "second", "who", "-n", project, "-o", str(running.directory / "who"))
+    assert [(running.directory / "who" / f"rank-{r}" / "who.txt").read_text() for r in range(4)] == ["0", "1", "2", "3"]
 
 
 # Each rank counts in its own file under the checkpoint directory and saves it when its agent asks.

@@ -106,7 +106,8 @@ class JobEstimates:
         """The scheduler's placement for the Job's shape, memoised for as long as the capacity view lives
         (a burst of creates of one shape runs the cycle once)."""
         spec = inputs.job.get("spec") or {}
-        shape = orjson.dumps([spec.get("resources"), spec.get("placement"), str(duration)], option=orjson.OPT_SORT_KEYS)
+        key = [spec.get("resources"), spec.get("placement"), spec.get("distributed"), str(duration)]
+        shape = orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
         placed = self._placements.get(shape)
         if placed is None:
             if len(self._placements) >= _PLACEMENTS_KEPT:

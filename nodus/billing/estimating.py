@@ -218,23 +218,12 @@ def _bound(ordered: Sequence[Decimal], percent: int) -> Decimal | None:
 
 
 def placement(inputs: Inputs, duration: Decimal) -> tuple[Binding | None, str]:
-    """The scheduler's choice for the first slot now; else, when only capacity is missing, its choice
-    with capacity ignored. The text says what kept it from placing now ("" when it placed)."""
-    meta = inputs.job.get("metadata") or {}
-    spec = inputs.job.get("spec") or {}
-    work = Work.from_object(
-        {
-            "metadata": {"namespace": meta.get("namespace") or "", "name": meta.get("name") or "estimate"},
-            "spec": {
-                key: value
-                for key, value in (("resources", topology.member_resources(spec)), ("placement", spec.get("placement")))
-                if value is not None
-            },
-        }
-    )
-    work = dataclasses.replace(work, expected_duration=timedelta(seconds=float(duration)))
-    result = run_cycle(Snapshot(0, inputs.now, [work], list(inputs.offerings), list(inputs.hosts)))
-    if result.bindings:
+    """The scheduler's choice for the first slot now (a gang: for every member at once, placed all together or
+    not at all); else, when only capacity is missing, its choice with capacity ignored. The text says what
+    kept it from placing now ("" when it placed). The binding returned is the first member's."""
+    works = [dataclasses.replace(w, expected_duration=timedelta(seconds=float(duration))) for w in _works(inputs.job)]
+    result = run_cycle(Snapshot(0, inputs.now, works, list(inputs.offerings), list(inputs.hosts)))
+    if len(result.bindings) == len(works):
         return result.bindings[0], ""
     refused: Unschedulable = result.unschedulable[0]
     if not refused.waiting_for_capacity:
@@ -243,9 +232,41 @@ def placement(inputs: Inputs, duration: Decimal) -> tuple[Binding | None, str]:
             "placement.queueTimeout and then fails with CapacityUnavailable."
         )
     unlimited = [dataclasses.replace(o, capacity=None) for o in inputs.offerings]
-    again = run_cycle(Snapshot(0, inputs.now, [work], unlimited, []))
+    again = run_cycle(Snapshot(0, inputs.now, works, unlimited, []))
     busy = f"every offering that fits is in use now ({refused.message}); the Job queues until capacity frees up."
     return (again.bindings[0] if again.bindings else None), busy
+
+
+def _works(job: Mapping[str, Any]) -> list[Work]:
+    """What the scheduler would see of the Job's first slot: one Work, or one per gang member."""
+    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+    name = meta.get("name") or "estimate"
+    base: dict[str, Any] = {
+        key: value
+        for key, value in (("resources", topology.member_resources(spec)), ("placement", spec.get("placement")))
+        if value is not None
+    }
+    resolved = topology.shape_of(spec)
+    if resolved is None:
+        return [Work.from_object({"metadata": {"namespace": meta.get("namespace") or "", "name": name}, "spec": base})]
+    distributed = spec["distributed"]
+    members = [f"{name}-0-1-r{rank}" for rank in range(resolved[0].nodes)]
+    gang = {
+        "size": resolved[0].nodes,
+        "epoch": 1,
+        "members": members,
+        "network": distributed.get("network") or "Colocated",
+        "transport": distributed.get("transport") or "Direct",
+    }
+    return [
+        Work.from_object(
+            {
+                "metadata": {"namespace": meta.get("namespace") or "", "name": member},
+                "spec": {**base, "jobUID": meta.get("uid") or name, "number": 1, "rank": rank, "gang": gang},
+            }
+        )
+        for rank, member in enumerate(members)
+    ]
 
 
 def _startup(offering: Offering, history: Sequence[Run]) -> tuple[_Band, _Band | None]:

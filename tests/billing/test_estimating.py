@@ -165,6 +165,19 @@ def test_a_gang_holds_for_every_member_and_bounds_its_assembly() -> None:
     assert estimate["topology"] == "4xCPU"
 
 
+def test_a_gang_is_estimated_on_capacity_for_all_its_members_at_once() -> None:
+    four = job(expectedDuration="5m", distributed={"nodes": 4})
+    busy = [Host(f"n{i}", "six", "Ready", True, False, None) for i in range(4)]
+    waiting = estimating.estimate(inputs(four, offerings=[offering("six", "0.40", capacity=6)], hosts=busy))
+    warning = next(w for w in waiting["warnings"] if w["code"] == "CapacityBusy")
+    assert "It waits whole" in warning["message"], warning
+    assert waiting["placementPreview"]["offering"] == "six" and waiting["topology"] == "4xCPU"
+
+    never = estimating.estimate(inputs(four, offerings=[offering("three", "0.40", capacity=3)]))
+    assert [w["code"] for w in never["warnings"]] == ["CapacityUnavailable"]
+    assert "The gang needs 4 hosts together" in never["warnings"][0]["message"]
+
+
 @pytest.mark.parametrize("samples", [[Decimal(7)], [Decimal(1), Decimal(9), Decimal(4)]])
 def test_too_few_samples_for_a_p90_bound_use_a_margin_over_the_longest(samples: list[Decimal]) -> None:
     band = estimating._quantiles(samples)

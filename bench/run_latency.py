@@ -336,8 +336,8 @@ async def _hops(config: Any, count: int, noise_jobs: tuple[str, str] | None = No
 async def _runtime_starts(directory: Path, count: int) -> dict[str, list[Any]]:
     """The agent's work between ``Starting`` and ``Running``, alone: layout plus ``runtime.start``."""
     from nodus.agent import runtime as runtimes
+    from nodus.agent.contract import BASE_PATH
     from nodus.agent.layout import AttemptLayout
-    from nodus.agent.running import BASE_PATH
 
     chosen = runtimes.select_runtime("auto")
     starts: list[Any] = []

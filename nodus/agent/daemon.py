@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent.running import AttemptRun, HostFacts
+from nodus.agent.contract import HostFacts
+from nodus.agent.running import AttemptRun
 from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
 from nodus.client import Client, errors

@@ -23,18 +23,25 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
 from nodus.agent import checkpointing, collecting, ganging, materializing, meshing, progress
+from nodus.agent.contract import (
+    DEFAULT_WORKING_DIR,
+    HostFacts,
+    egress_of,
+    environment,
+    masked_values,
+    scrub,
+    sidecars_of,
+)
 from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
-from nodus.agent.runtime import Egress, Exit, Process, RunSpec, Runtime, Sidecar
+from nodus.agent.runtime import Exit, Process, RunSpec, Runtime
 from nodus.agent.shipping import LogShipper
 from nodus.apimachinery import units
 from nodus.client import Client, errors
@@ -44,102 +51,7 @@ T = TypeVar("T")
 log = logging.getLogger("nodus.agent")
 
 INIT_CONTAINER = "init"
-
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-DEFAULT_WORKING_DIR = "/workspace"
 MESSAGE_LINES = 3
-_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
-
-
-@dataclass
-class HostFacts:
-    """What every attempt on this host sees of it."""
-
-    node: str
-    offering: str
-    gpu_indexes: list[int]
-    work_dir: Path
-    hidden: tuple[str, ...] = ()
-    trust_ca: str | None = None
-    # The offering's mean time between interruptions (interruptible capacity), for the auto checkpoint interval.
-    mtbi: timedelta | None = None
-    # Shrinks checkpoint intervals and waits (tests run minutes of cadence in seconds).
-    checkpoint_time_scale: float = 1.0
-    # The address a gang's peers reach this host's mesh endpoint and rendezvous at.
-    mesh_host: str = "127.0.0.1"
-
-
-def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
-    """The environment contract: the Job's literal env, then Nodus's variables (which win)."""
-    meta, spec = attempt["metadata"], attempt.get("spec") or {}
-    env = {"PATH": BASE_PATH, "HOME": spec.get("workingDir") or DEFAULT_WORKING_DIR, "LANG": "C.UTF-8"}
-    for item in spec.get("env") or []:
-        if isinstance(item, dict) and isinstance(item.get("value"), str):
-            env[str(item["name"])] = item["value"]
-        elif isinstance(item, dict) and "valueFrom" not in item:
-            env[str(item["name"])] = ""
-    devices = ",".join(str(i) for i in host.gpu_indexes)
-    env.update(
-        NODUS_INDEX=str(spec.get("index", 0)),
-        JOB_COMPLETION_INDEX=str(spec.get("index", 0)),
-        NODUS_JOB=str(spec.get("job", "")),
-        NODUS_PROJECT=str(meta.get("namespace", "")),
-        NODUS_ATTEMPT=str(meta.get("name", "")),
-        NODUS_ATTEMPT_NUMBER=str(spec.get("number", 1)),
-        NODUS_NODE=host.node,
-        NODUS_OFFERING=host.offering,
-        NVIDIA_VISIBLE_DEVICES=devices or "void",
-        CUDA_VISIBLE_DEVICES=devices,
-    )
-    return env
-
-
-def egress_of(spec: Object) -> Egress:
-    """The runtime's egress from the attempt's ``network.egress`` (Open when unset)."""
-    egress = (spec.get("network") or {}).get("egress") or {}
-    return Egress(
-        policy=egress.get("policy") or "Open",
-        allow=tuple(egress.get("allow") or ()),
-        presets=tuple(egress.get("presets") or ()),
-    )
-
-
-def sidecars_of(spec: Object, env: dict[str, str], secret_env: dict[str, dict[str, str]]) -> tuple[Sidecar, ...]:
-    """The attempt's sidecars, each with the program's environment plus its own ``env`` (literal values,
-    and ``secretKeyRef`` values the preparation decoded from the pinned Secrets, in ``secret_env``)."""
-    out: list[Sidecar] = []
-    for sidecar in spec.get("sidecars") or []:
-        own = dict(env)
-        for item in sidecar.get("env") or []:
-            if isinstance(item.get("value"), str):
-                own[str(item["name"])] = item["value"]
-        own.update(secret_env.get(str(sidecar["name"]), {}))
-        timeout = units.parse_duration(str(sidecar.get("startupTimeout") or "5m")).total_seconds()
-        argv = list(sidecar.get("command") or [])
-        out.append(Sidecar(name=str(sidecar["name"]), argv=argv, env=own, startup_timeout=timeout))
-    return tuple(out)
-
-
-# Shorter values would mask ordinary words ("true", "1"); a Secret that short is no secret in a log.
-MIN_MASKED_LENGTH = 4
-
-
-def masked_values(secrets: dict[str, dict[str, bytes]]) -> list[str]:
-    """The texts to mask in output: every Secret value, and each of its lines, longest first."""
-    values: set[str] = set()
-    for keys in secrets.values():
-        for raw in keys.values():
-            text = raw.decode("utf-8", "replace").strip()
-            for candidate in (text, *text.splitlines()):
-                if len(candidate.strip()) >= MIN_MASKED_LENGTH:
-                    values.add(candidate.strip())
-    return sorted(values, key=len, reverse=True)
-
-
-def scrub(line: str, limit: int = 400) -> str:
-    """A log line fit for ``status.message``: no terminal escapes or control characters, bounded."""
-    clean = _CONTROL.sub("", line).rstrip()
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 @dataclass

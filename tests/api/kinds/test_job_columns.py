@@ -72,6 +72,7 @@ def test_columns_in_order_without_name() -> None:
         ("REASON", 1),
         ("OFFERING", 1),
         ("ATTEMPTS", 1),
+        ("GANG", 1),
     ]
     assert column("Age").type == "date"
     assert column("Attempts").type == "integer"
@@ -96,7 +97,16 @@ def test_cells_of_a_running_job() -> None:
         "Reason": "CapacityRecovered",
         "Offering": "h100-sxm-80g-x8-us",
         "Attempts": 5,
+        "Gang": None,
     }
+
+
+def test_the_gang_column_counts_started_ranks() -> None:
+    job = stored(make_job().build())
+    job["status"] = {"gang": {"phase": "Starting", "size": 4, "started": 3, "epoch": 2}}
+    assert column("Gang").extract(job) == "3/4 Starting e2"
+    job["status"] = {"gang": {"phase": "Queued", "epoch": 0}}
+    assert column("Gang").extract(job) == "Queued"
 
 
 def test_cells_of_a_newly_created_job() -> None:

@@ -233,6 +233,7 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
     assert second_start >= first_end[:19], "the second gang was placed only once the first let its hosts go"
     phase = kubectl(kubectl_binary, running, project, "get", "job", "first", "-o", "jsonpath={.status.gang.phase}")
     assert phase == "Done"
+    assert "4/4 Done e1" in kubectl(kubectl_binary, running, project, "get", "nj", "first", "-o", "wide")
     listed = kubectl(
         kubectl_binary, running, project, "get", "attempts", "-l", "nodus.dev/job=second,nodus.dev/gang-epoch=1"
     )

@@ -1,7 +1,8 @@
 """The columns ``kubectl get jobs`` shows (kubectl adds NAME itself, from ``metadata.name``).
 
 Default: PHASE, COMPLETIONS (``succeeded/completions``, e.g. ``0/4``), COST and AGE. With ``-o
-wide`` also REASON, OFFERING and ATTEMPTS.
+wide`` also REASON, OFFERING, ATTEMPTS and GANG (a gang Job's ``started/size phase epoch``, e.g.
+``2/2 Running e1``).
 
 COST is ``status.cost.totalUSD`` as dollars, exact: at least two decimals and every non-zero digit
 the ledger holds (``12.5`` -> ``$12.50``, ``0.004213`` -> ``$0.004213``, ``1234`` -> ``$1,234.00``),
@@ -40,6 +41,17 @@ def cost(obj: dict[str, Any]) -> str:
     return f"${int(whole):,}.{fraction.rstrip('0').ljust(2, '0')}"
 
 
+def gang(obj: dict[str, Any]) -> str | None:
+    """A gang Job's ranks started out of its size, its gang phase and epoch (``3/4 Starting e2``); None for a
+    Job that is not distributed or has no gang status yet."""
+    status = child(obj, "status", "gang") or {}
+    size = as_int(status.get("size"))
+    if not size:
+        return as_str(status.get("phase"))
+    started = as_int(status.get("started")) or 0
+    return f"{started}/{size} {as_str(status.get('phase')) or ''} e{as_int(status.get('epoch')) or 0}"
+
+
 PRINTER_COLUMNS: tuple[PrinterColumn, ...] = (
     PrinterColumn("Phase", "string", ".status.phase", "The run-to-completion phase."),
     PrinterColumn(
@@ -60,4 +72,12 @@ PRINTER_COLUMNS: tuple[PrinterColumn, ...] = (
     ),
     PrinterColumn("Offering", "string", ".status.placement.offering", "Where the current attempt runs.", priority=1),
     PrinterColumn("Attempts", "integer", ".status.attempts.total", "How many attempts have run.", priority=1),
+    PrinterColumn(
+        "Gang",
+        "string",
+        ".status.gang.phase",
+        "A gang Job's ranks started out of its size, its gang phase and epoch.",
+        priority=1,
+        value=gang,
+    ),
 )

@@ -207,3 +207,25 @@ def test_transport_direct_refuses_a_public_path() -> None:
     assert {why for _, why in decided.stop} == {"AssemblyFailed"}
     decided = planning.plan(gang_job(transport="Auto"), [first, second], NOW)
     assert decided.stop == []
+
+
+def test_a_rank_lost_before_the_gang_assembled_is_an_assembly_failure_not_a_loss() -> None:
+    job = gang_job()
+    booting = rank(1, 0, "Starting", gang={"registeredTime": units.format_time(NOW)})
+    failed_boot = rank(1, 1, "Lost", reason="BootFailed", message="The host failed to boot (simulated).")
+    decided = planning.plan(job, [booting, failed_boot], NOW)
+    assert [(a["metadata"]["name"], why) for a, why in decided.stop] == [("train-0-1-r0", "GangRestart")]
+    meshed_out = rank(1, 0, "Lost", reason="MeshFailed", message="rank 1 (train-0-1-r1) has ended (Lost)")
+    decided = planning.plan(job, [meshed_out, failed_boot], NOW)
+    assert names(decided.create) == ["train-0-2-r0", "train-0-2-r1"]
+    assert decided.status["attempts"]["total"] == 2
+    (epoch,) = gangs.epochs_of([meshed_out, failed_boot])
+    phase, reason, message = epoch.outcome("Plain") or ("", "", "")
+    assert (phase, reason) == ("Stopped", "AssemblyFailed")
+    assert "Rank 0 (train-0-1-r0 on h100-x1-us) was lost before the gang assembled" in message
+    # Three such tries in a row (maxAssemblyRetries 2) fail the Job; none of them used up recovery.maxAttempts.
+    tries = [
+        a for n in (1, 2, 3) for a in (rank(n, 0, "Lost", reason="MeshFailed"), rank(n, 1, "Lost", reason="BootFailed"))
+    ]
+    decided = planning.plan(job, tries, NOW)
+    assert decided.status["reason"] == "GangAssemblyFailed"

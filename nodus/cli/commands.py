@@ -22,6 +22,7 @@ def add_logs_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--follow", action="store_true", help="stream new lines until the attempt ends")
     parser.add_argument("--index", type=int, help="the Job index (default 0)")
     parser.add_argument("--attempt", type=int, help="the attempt number within the index (default the latest)")
+    parser.add_argument("--rank", type=int, help="a gang's rank (default 0); --attempt is then the epoch")
     parser.add_argument("--tail", type=int, help="only the last N lines")
     parser.add_argument("--since", type=duration, help="only lines newer than this, e.g. 5m")
     parser.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
@@ -49,6 +50,8 @@ def logs(args: argparse.Namespace) -> None:
             params["index"] = args.index
         if args.attempt is not None:
             params["attempt"] = args.attempt
+        if args.rank is not None:
+            params["rank"] = args.rank
     path = f"/apis/nodus.dev/v1/namespaces/{args.project}/{plural}/{name}/log"
     config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
 

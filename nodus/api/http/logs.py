@@ -5,7 +5,7 @@
   at most ``MAX_ENTRIES`` per request; 204 when stored. ``container`` is optional: '' (the default) is
   the main program, otherwise an init command or sidecar named like a DNS label (``init``,
   ``sidecar-proxy``).
-* ``GET    .../namespaces/{p}/attempts/{name}/log`` and ``.../jobs/{name}/log?index=&attempt=`` (a
+* ``GET    .../namespaces/{p}/attempts/{name}/log`` and ``.../jobs/{name}/log?index=&attempt=&rank=`` (a
   Viewer of the project) return ``text/plain``: one line per entry, interleaved by seq, with
   ``follow``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``, ``limitBytes`` and
   ``stream`` (``stdout``, ``stderr`` or ``All``). ``container`` picks one program (default '': the main
@@ -448,8 +448,9 @@ def _only_administrators(principal: Principal, info: KindInfo, namespace: str) -
 
 
 async def job_log(request: Request) -> Response:
-    """``GET /apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log?index=&attempt=``: the log of
-    the attempt with that number (default: the latest) of that index (default 0)."""
+    """``GET /apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log?index=&attempt=&rank=``: the log of
+    the attempt with that number (default: the latest) of that index (default 0); for a gang, of that rank
+    (default 0) of that epoch."""
     server: APIServer = request.app.state.server
     principal = authenticate(server, request)
     jobs = _kind(server, "jobs", request)
@@ -463,17 +464,19 @@ async def job_log(request: Request) -> Response:
     options = parse_options(params)
     index = int_param(params, "index", 0) or 0
     number = int_param(params, "attempt", 1)
+    rank = int_param(params, "rank", 0) or 0
     job = await server.storage.get(Key(jobs.kind, namespace, name))
     if job is None:
         raise not_found(jobs.plural, GROUP, name)
-    attempt = await _attempt_of(server, attempts, job, index, number)
+    attempt = await _attempt_of(server, attempts, job, index, number, rank)
     return await _serve(server, attempts, attempt, options)
 
 
 async def _attempt_of(
-    server: APIServer, info: KindInfo, job: dict[str, Any], index: int, number: int | None
+    server: APIServer, info: KindInfo, job: dict[str, Any], index: int, number: int | None, rank: int = 0
 ) -> dict[str, Any]:
-    """The Job's attempt ``number`` of ``index`` (the highest number when None); a 404 Status when none."""
+    """The Job's attempt ``number`` of ``index`` (the highest number when None), for a gang its ``rank``; a 404
+    Status when none."""
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"].get("uid")
     query = ListQuery(
         kind=info.kind, namespace=namespace, labels=parse_label_selector(f"{JOB_LABEL}={name},{INDEX_LABEL}={index}")
@@ -487,6 +490,8 @@ async def _attempt_of(
                 # An attempt left over from an earlier Job of the same name is not this Job's.
                 if spec.get("jobUID") not in (None, uid) or not isinstance(spec.get("number"), int):
                     continue
+                if spec.get("rank") is not None and spec["rank"] != rank:
+                    continue  # another rank of a gang epoch
                 candidates[spec["number"]] = obj
     fix = (
         f"`kubectl get attempts -n {namespace} -l {JOB_LABEL}={name}` lists the Job's attempts; an index gets its "

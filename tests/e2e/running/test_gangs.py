@@ -302,5 +302,9 @@ def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_s
         found = running.wait_for("the restored start line", lambda a=attempt: started(a["metadata"]["name"]))
         assert int(found.group(1)) > 0, "it resumed from its own count"
         assert found.group(2) == "count-r0,count-r1", "every rank's shard was restored"
+    # A gang's Job log is one rank's (default 0) of one epoch (default the latest).
+    by_rank = nodus(running, "logs", "job/counting", "-n", project, "--attempt", "2", "--rank", "1")
+    own = nodus(running, "logs", f"attempt/{second[1]['metadata']['name']}", "-n", project)
+    assert by_rank.splitlines()[0] == own.splitlines()[0]  # the start line (the counting goes on meanwhile)
     patch_spec(running, project, "counting", {"state": "Cancelled"})
     running.wait_phase(project, "counting", "Cancelled", timeout=120)

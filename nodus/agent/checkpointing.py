@@ -428,6 +428,10 @@ class Checkpointer:
         self._status["stopFailures"] = int(self._status.get("stopFailures") or 0) + 1
         return int(self._status["stopFailures"])
 
+    def handled(self, request: str) -> bool:
+        """Whether the checkpoint asked for by ``request`` was taken (committed or failed)."""
+        return self._status.get("handledRequest") == request
+
     def reset_stop_failures(self) -> bool:
         """Forget the failures of an earlier stop; True if there were any (the status should say so)."""
         return self._status.pop("stopFailures", None) is not None

@@ -441,6 +441,9 @@ class AttemptRun:
         await self._stop_cadence()
         for task in list(self._requests):
             task.cancel()
+        if self.lost_reason is not None and (self.attempt.get("spec") or {}).get("gang"):
+            await self._gang_checkpoint_on_notice(checkpointer)
+            return True
         if self.lost_reason is not None:
             await checkpointer.take(
                 "Preemption" if self.lost_reason == "Preempted" else "HostGone", self._stop_deadline
@@ -470,6 +473,19 @@ class AttemptRun:
                 return False
             await asyncio.sleep(delay)
             delay *= 2
+
+    async def _gang_checkpoint_on_notice(self, checkpointer: checkpointing.Checkpointer) -> None:
+        """A gang rank's notice is the gang's: a checkpoint of this rank alone would not match the others'. The
+        rank reports the notice (``status.gang.notice``), the controller asks every rank for a checkpoint under
+        it (``spec.checkpointRequest``, answered by :meth:`update`), and this rank waits for its own shard of it,
+        until 80 % of the notice has gone, before its program is stopped."""
+        notice = _now()
+        await self._report(gang={"notice": notice})
+        while self._stop_deadline is None or units.now() < self._stop_deadline:
+            if checkpointer.handled(notice):
+                return
+            await asyncio.sleep(0.1)
+        log.warning("attempt %s: the gang checkpoint of the notice %s did not finish in time", self.name, notice)
 
     async def _report_end(self, ended: Exit, layout: AttemptLayout, prepared: Prepared) -> None:
         base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}

@@ -229,3 +229,25 @@ def test_a_rank_lost_before_the_gang_assembled_is_an_assembly_failure_not_a_loss
     ]
     decided = planning.plan(job, tries, NOW)
     assert decided.status["reason"] == "GangAssemblyFailed"
+
+
+def test_a_notice_to_one_rank_asks_every_rank_for_a_gang_checkpoint_and_waits_for_their_shards() -> None:
+    job = gang_job()
+    notice = units.format_time(NOW - timedelta(seconds=2))
+    noticed = running(1, 1)
+    noticed["status"]["gang"]["notice"] = notice
+    decided = planning.plan(job, [running(1, 0), noticed], NOW)
+    assert {a["metadata"]["name"]: p for a, p in decided.patch} == {
+        "train-0-1-r0": {"checkpointRequest": notice},
+        "train-0-1-r1": {"checkpointRequest": notice},
+    }
+    # The noticed rank is gone; rank 0 is still saving its shard: it is not stopped until it has, or 2 minutes pass.
+    saving = running(1, 0)
+    saving["spec"]["checkpointRequest"] = notice
+    lost = rank(1, 1, "Lost", reason="Preempted", startTime=units.format_time(NOW - timedelta(minutes=5)))
+    lost["status"]["gang"] = {"notice": notice}
+    decided = planning.plan(job, [saving, lost], NOW)
+    assert decided.stop == [] and decided.requeue_after is not None
+    assert [why for _, why in planning.plan(job, [saving, lost], NOW + timedelta(minutes=2)).stop] == ["GangRestart"]
+    saving["status"]["checkpoint"] = {"handledRequest": notice, "seq": 3, "manifest": "sha256:" + "e" * 64}
+    assert [why for _, why in planning.plan(job, [saving, lost], NOW).stop] == ["GangRestart"]

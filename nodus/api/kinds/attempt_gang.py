@@ -78,6 +78,11 @@ class AttemptGangStatus(JobModel):
 
     address: str | None = Field(None, description="Address is the rank's mesh endpoint, host:port.")
     failure: str | None = Field(None, description="Failure says why this rank could not mesh with its peers.")
+    notice: Time | None = Field(
+        None,
+        description="Notice is when this rank's host was given notice (a preemption): the controller then asks every "
+        "rank for a gang checkpoint under this time, and this rank stops once its own shard of it is committed.",
+    )
     probe: MeshProbe | None = Field(None, description="Probe is what this rank measured.")
     probed_time: Time | None = Field(None, description="ProbedTime is when this rank finished probing its peers.")
     registered_time: Time | None = Field(None, description="RegisteredTime is when the rank registered.")

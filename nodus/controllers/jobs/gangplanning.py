@@ -16,7 +16,7 @@ shares with plain Jobs, and asks this module for what only a gang has:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
@@ -58,9 +58,21 @@ def settle(spec: Object, attempts: list[Object], now: datetime, scales: TimeScal
     live = [a for a in epoch.live if not (a.get("spec") or {}).get("stop")]
     launcher = launcher_of(spec)
     ended = epoch.outcome(launcher)
+    notice = _notice(epoch)
     if ended is not None:
+        waiting = _notice_pending(epoch, notice, now, scales) if ended[0] == "Lost" else None
+        if waiting is not None:
+            # The noticed rank is gone, but the others are still saving their shards of its gang checkpoint.
+            out.wake_at = waiting
+            return out
         reason = "GangComplete" if ended[0] == "Succeeded" else "GangRestart"
         out.stop = [(a, reason) for a in live]
+        return out
+    if notice is not None and epoch.assembled:
+        # A rank's host was given notice: the whole gang checkpoints under the notice's time, now.
+        running = [a for a in live if (a.get("status") or {}).get("phase") == "Running"]
+        out.patch = [(a, {"checkpointRequest": notice}) for a in running if _asked(a) < notice]
+        out.wake_at = _notice_deadline(notice, scales)
         return out
     rank0 = epoch.members[0]
     if launcher in HEAD_LED and (rank0.get("status") or {}).get("phase") == "Succeeded":
@@ -85,6 +97,37 @@ def settle(spec: Object, attempts: list[Object], now: datetime, scales: TimeScal
     return out
 
 
+# How long the other ranks may take to save their shards of a notice's gang checkpoint (times the test scale).
+NOTICE_CHECKPOINT_WAIT = timedelta(minutes=2)
+
+
+def _notice(epoch: Epoch) -> str | None:
+    """The latest notice a rank of the epoch reported (``status.gang.notice``), if any."""
+    notices = [str(n) for a in epoch.members if (n := ((a.get("status") or {}).get("gang") or {}).get("notice"))]
+    return max(notices, default=None)
+
+
+def _asked(attempt: Object) -> str:
+    return str((attempt.get("spec") or {}).get("checkpointRequest") or "")
+
+
+def _notice_deadline(notice: str, scales: TimeScales) -> datetime:
+    return units.parse_time(notice) + timedelta(seconds=NOTICE_CHECKPOINT_WAIT.total_seconds() * scales.checkpoint)
+
+
+def _notice_pending(epoch: Epoch, notice: str | None, now: datetime, scales: TimeScales) -> datetime | None:
+    """Until when to let the surviving ranks finish their shards of the notice's checkpoint (None: no need)."""
+    if notice is None:
+        return None
+    deadline = _notice_deadline(notice, scales)
+    saving = [
+        a
+        for a in epoch.live
+        if _asked(a) == notice and ((a.get("status") or {}).get("checkpoint") or {}).get("handledRequest") != notice
+    ]
+    return deadline if saving and now < deadline else None
+
+
 def assembly_exhausted(spec: Object, attempts: list[Object]) -> tuple[str, str] | None:
     """(reason, message) when the gang failed to assemble more times in a row than it may."""
     retries = int((spec.get("distributed") or {}).get("maxAssemblyRetries", 2))
@@ -102,11 +145,17 @@ def assembly_exhausted(spec: Object, attempts: list[Object]) -> tuple[str, str] 
     return "GangAssemblyFailed", message
 
 
-def start_epoch(base: Object, spec: Object, attempts: list[Object], number: int) -> tuple[list[Object], list[Object]]:
+def start_epoch(
+    base: Object, spec: Object, attempts: list[Object], number: int, now: datetime, scales: TimeScales
+) -> tuple[list[Object], list[Object]]:
     """(rank attempts to create, leftover ranks still to stop): the epoch ``number`` from the slot's attempt
-    ``base`` (``attempts.attempt_for``); nothing is created while a rank of an earlier epoch still runs."""
+    ``base`` (``attempts.attempt_for``); nothing is created while a rank of an earlier epoch still runs, and a
+    leftover still saving its shard of a notice's gang checkpoint is left to finish it."""
     leftovers = [a for a in attempts if is_live(a)]
     if leftovers:
+        epochs = gangs.epochs_of(attempts)
+        if _notice_pending(epochs[-1], _notice(epochs[-1]), now, scales) is not None:
+            return [], []
         return [], [a for a in leftovers if not (a.get("spec") or {}).get("stop")]
     base = {**base, "spec": {k: v for k, v in base["spec"].items() if k != "restore"}}
     members = gangs.members_for(base, spec, number)

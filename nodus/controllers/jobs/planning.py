@@ -223,9 +223,8 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             for index in indexes
         ]
         if gang:
-            result.create, leftovers = gangplanning.start_epoch(
-                result.create[0], spec, attempts, slots.slot(0).next_number
-            )
+            number = slots.slot(0).next_number
+            result.create, leftovers = gangplanning.start_epoch(result.create[0], spec, attempts, number, now, scales)
             result.stop += [(a, "GangRestart") for a in leftovers]
     result.patch += recovering.requests(job, live, handled.get("checkpoint") if gang else None)
     if any(patch.get("checkpointRequest") for _, patch in result.patch):

@@ -308,3 +308,47 @@ def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_s
     assert by_rank.splitlines()[0] == own.splitlines()[0]  # the start line (the counting goes on meanwhile)
     patch_spec(running, project, "counting", {"state": "Cancelled"})
     running.wait_phase(project, "counting", "Cancelled", timeout=120)
+
+
+def test_a_notice_to_one_rank_checkpoints_the_whole_gang_before_it_restarts(running: Running) -> None:
+    project = running.project()
+    spec = {
+        "command": [PYTHON, "-c", GANG_COUNTER, "100000"],
+        "resources": {"cpu": "1"},
+        "placement": {"offerings": ["cpu-8c-eu"]},
+        "distributed": {"nodes": 2},
+        # No checkpoint but the notice's: what epoch 2 restores can only come from it.
+        "recovery": {"checkpoint": {"format": "Snapshot", "interval": "2h"}},
+    }
+    create(running, project, "noticed", **spec)
+    running.wait_for("the gang to run", lambda: gang_status(running, project, "noticed").get("phase") == "Running")
+    first = members(running, project, "noticed", 1)
+    nodus(running, "sim", "preempt", first[1]["spec"]["node"], "--notice", "6s")
+
+    running.wait_for(
+        "epoch 2 to run",
+        lambda: (
+            (gang_status(running, project, "noticed").get("epoch") or 0) >= 2
+            and gang_status(running, project, "noticed").get("phase") == "Running"
+        ),
+        timeout=120,
+    )
+    first = members(running, project, "noticed", 1)
+    notice = first[1]["status"]["gang"]["notice"]
+    assert first[1]["status"]["phase"] == "Lost" and first[1]["status"]["reason"] == "Preempted"
+    shards = {
+        a["spec"]["rank"]: next(s for s in a["status"]["gang"]["shards"] if s["request"] == notice) for a in first
+    }
+    second = members(running, project, "noticed", 2)
+    restored = {s["rank"]: s["manifest"] for s in second[0]["spec"]["gang"]["restoreShards"]}
+    assert restored == {rank: shard["manifest"] for rank, shard in shards.items()}, "the notice's gang checkpoint"
+    for attempt in second:
+        log = running.wait_for(
+            "the restored start line",
+            lambda a=attempt: re.search(
+                r"^start (\d+) ", nodus(running, "logs", f"attempt/{a['metadata']['name']}", "-n", project), re.M
+            ),
+        )
+        assert int(log.group(1)) > 0
+    patch_spec(running, project, "noticed", {"state": "Cancelled"})
+    running.wait_phase(project, "noticed", "Cancelled", timeout=120)

@@ -8,8 +8,9 @@ depends only on the steps taken, never on when the gang was stopped and restarte
 
 Checkpoints use ``torch.distributed.checkpoint`` into ``$NODUS_CHECKPOINT_DIR`` (every rank writes its shard,
 rank 0 the ``.metadata``). Between steps every rank looks for its own agent's request file, the ranks agree
-(an all-reduce of "someone was asked") and save together; each rank then acknowledges its own request and
-waits until its agent has copied the shard aside (the request file is gone). At start, a restored
+(an all-reduce of "someone was asked") and save together; each rank then acknowledges its own request (waiting
+for it if its agent has not written it yet: every rank is asked) and waits until its agent has copied the shard
+aside (the request file is gone). At start, a restored
 checkpoint (``.metadata`` present) is loaded.
 
 At the end every rank writes the final weights to ``/nodus/outputs/weights.json`` (``float.hex`` of every
@@ -43,6 +44,16 @@ def pending_request(answered: int) -> int:
     except (OSError, ValueError, KeyError):
         return 0
     return seq if seq > answered else 0
+
+
+def own_request(answered: int, wait: float = 60.0) -> int:
+    """This rank's request, waiting for it: a gang checkpoint is requested of every rank at once, but the requests
+    reach the ranks' agents a moment apart, and each rank must answer its own with the save the ranks just made
+    together (a later save would be another step's)."""
+    deadline = time.monotonic() + wait
+    while not (seq := pending_request(answered)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return seq
 
 
 def acknowledge(seq: int) -> None:
@@ -97,6 +108,7 @@ def main() -> None:
             if asked.item():
                 dcp.save({"model": model.state_dict(), "step": torch.tensor(step)}, checkpoint_id=directory)
                 dist.barrier()
+                seq = seq or own_request(answered)
                 if seq:
                     acknowledge(seq)
                     answered = seq

@@ -66,9 +66,15 @@ def path_class(a: Offering, b: Offering, inbound: Callable[[Offering], bool] = a
     """
     if not (inbound(a) and inbound(b)):
         return "Relayed"
-    if a.provider != b.provider:
+    return located_path((a.provider, a.region), (b.provider, b.region))
+
+
+def located_path(a: tuple[str, str], b: tuple[str, str]) -> PathClass:
+    """The path between two reachable hosts at (provider, region) ``a`` and ``b``: ``Private`` within one provider
+    and region, ``Direct`` within one provider across regions, ``Public`` across providers."""
+    if a[0] != b[0]:
         return "Public"
-    return "Private" if a.region == b.region else "Direct"
+    return "Private" if a[1] == b[1] else "Direct"
 
 
 def admits(transport: Transport, path: PathClass) -> bool:

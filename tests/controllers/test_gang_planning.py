@@ -220,7 +220,7 @@ def test_a_rank_lost_before_the_gang_assembled_is_an_assembly_failure_not_a_loss
     assert names(decided.create) == ["train-0-2-r0", "train-0-2-r1"]
     assert decided.status["attempts"]["total"] == 2
     (epoch,) = gangs.epochs_of([meshed_out, failed_boot])
-    phase, reason, message = epoch.outcome("Plain") or ("", "", "")
+    phase, reason, message = epoch.outcome() or ("", "", "")
     assert (phase, reason) == ("Stopped", "AssemblyFailed")
     assert "Rank 0 (train-0-1-r0 on h100-x1-us) was lost before the gang assembled" in message
     # Three such tries in a row (maxAssemblyRetries 2) fail the Job; none of them used up recovery.maxAttempts.

@@ -10,6 +10,8 @@ shares with plain Jobs, and asks this module for what only a gang has:
 * :func:`assembly_exhausted`: more consecutive failed assemblies than ``maxAssemblyRetries``.
 * :func:`start_epoch`: the next epoch's rank attempts, each restoring its own shard of the newest gang
   checkpoint (and seeing every rank's), once every rank of the previous epoch has ended.
+
+Only :func:`settle` stops the ranks of a running gang, so each is asked once per decision.
 * :func:`gang_phase`: ``status.gang.phase``.
 """
 
@@ -57,7 +59,7 @@ def settle(spec: Object, attempts: list[Object], now: datetime, scales: TimeScal
     epoch = epochs[-1]
     live = [a for a in epoch.live if not (a.get("spec") or {}).get("stop")]
     launcher = launcher_of(spec)
-    ended = epoch.outcome(launcher)
+    ended = epoch.outcome()
     notice = _notice(epoch)
     if ended is not None:
         waiting = _notice_pending(epoch, notice, now, scales) if ended[0] == "Lost" else None
@@ -131,12 +133,11 @@ def _notice_pending(epoch: Epoch, notice: str | None, now: datetime, scales: Tim
 def assembly_exhausted(spec: Object, attempts: list[Object]) -> tuple[str, str] | None:
     """(reason, message) when the gang failed to assemble more times in a row than it may."""
     retries = int((spec.get("distributed") or {}).get("maxAssemblyRetries", 2))
-    launcher = launcher_of(spec)
-    failures = gangs.assembly_failures(attempts, launcher)
+    failures = gangs.assembly_failures(attempts)
     if failures <= retries:
         return None
     last = gangs.epochs_of(attempts)[-1]
-    ended = last.outcome(launcher)
+    ended = last.outcome()
     detail = ended[2] if ended is not None else ""
     message = (
         f"The gang failed to assemble {failures} times in a row (distributed.maxAssemblyRetries is {retries}). "
@@ -145,18 +146,11 @@ def assembly_exhausted(spec: Object, attempts: list[Object]) -> tuple[str, str] 
     return "GangAssemblyFailed", message
 
 
-def start_epoch(
-    base: Object, spec: Object, attempts: list[Object], number: int, now: datetime, scales: TimeScales
-) -> tuple[list[Object], list[Object]]:
-    """(rank attempts to create, leftover ranks still to stop): the epoch ``number`` from the slot's attempt
-    ``base`` (``attempts.attempt_for``); nothing is created while a rank of an earlier epoch still runs, and a
-    leftover still saving its shard of a notice's gang checkpoint is left to finish it."""
-    leftovers = [a for a in attempts if is_live(a)]
-    if leftovers:
-        epochs = gangs.epochs_of(attempts)
-        if _notice_pending(epochs[-1], _notice(epochs[-1]), now, scales) is not None:
-            return [], []
-        return [], [a for a in leftovers if not (a.get("spec") or {}).get("stop")]
+def start_epoch(base: Object, spec: Object, attempts: list[Object], number: int) -> list[Object]:
+    """The rank attempts of epoch ``number``, from the slot's attempt ``base`` (``attempts.attempt_for``); none
+    while a rank of the last epoch still runs (:func:`settle` stops it)."""
+    if any(is_live(a) for a in attempts):
+        return []
     base = {**base, "spec": {k: v for k, v in base["spec"].items() if k != "restore"}}
     members = gangs.members_for(base, spec, number)
     continuity = (spec.get("recovery") or {}).get("continuity") or "Checkpointed"
@@ -166,10 +160,10 @@ def start_epoch(
             own = shards[member["spec"]["rank"]]
             member["spec"]["restore"] = {k: own[k] for k in ("seq", "manifest", "attempt", "size") if k in own}
             member["spec"]["gang"] = {**member["spec"]["gang"], "restoreShards": shards}
-    return members, []
+    return members
 
 
-def gang_phase(job_phase: str, attempts: list[Object], launcher: str) -> str:
+def gang_phase(job_phase: str, attempts: list[Object]) -> str:
     """``status.gang.phase`` from the Job's phase and its rank attempts."""
     epochs = gangs.epochs_of(attempts)
     live = [a for a in attempts if is_live(a)]
@@ -180,7 +174,7 @@ def gang_phase(job_phase: str, attempts: list[Object], launcher: str) -> str:
     if not epochs:
         return "Queued"
     epoch = epochs[-1]
-    ended = epoch.outcome(launcher)
+    ended = epoch.outcome()
     if ended is not None:
         if ended[0] == "Succeeded":
             return "Releasing" if live else "Done"
@@ -194,7 +188,7 @@ def _assembly_phase(epoch: Epoch, epochs: list[Epoch]) -> str:
     if epoch.assembled:
         return "Running"
     if not any((a.get("status") or {}).get("placement") for a in epoch.members):
-        restarting = len(epochs) > 1 and (epochs[-2].outcome("Plain") or ("", "", ""))[1] not in ASSEMBLY_REASONS
+        restarting = len(epochs) > 1 and (epochs[-2].outcome() or ("", "", ""))[1] not in ASSEMBLY_REASONS
         return "Recovering" if restarting else "Queued"
     if epoch.count("registeredTime") < epoch.size:
         return "Assembling"

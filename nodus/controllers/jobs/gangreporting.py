@@ -23,25 +23,25 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.controllers.jobs.gangs import Epoch, rank_of
 from nodus.controllers.jobs.slots import is_live, phase
+from nodus.scheduler.gangs import PathClass, admits, located_path
 
 Object = dict[str, Any]
 
 # The weakest path wins: a gang is as fast as its slowest pair.
 PATH_ORDER = ("Private", "Direct", "Public", "Relayed")
-# What transport admits (DECISIONS 18).
-ADMITTED = {"Direct": frozenset({"Private", "Direct"}), "Auto": frozenset(PATH_ORDER)}
 # "auto" for a gang: the agents cannot measure a collective save's cost, so a fixed cadence (ADR 0025).
 AUTO_GANG_INTERVAL = timedelta(minutes=30)
 
 
-def path_between(a: Object, b: Object) -> str:
-    """The path class between two members' placements: one provider and region is Private, one provider
-    across regions is Direct (its backbone), two providers meet over the Public internet."""
+def path_between(a: Object, b: Object) -> PathClass:
+    """The path class between two members' placements (``status.placement``: provider and region), by the
+    scheduler's rule (``nodus.scheduler.gangs.located_path``); one offering is one place even without them."""
     if a.get("offering") == b.get("offering") and a.get("offering"):
         return "Private"
-    if a.get("provider") and a.get("provider") == b.get("provider"):
-        return "Private" if a.get("region") == b.get("region") else "Direct"
-    return "Public"
+    return located_path(
+        (str(a.get("provider") or ""), str(a.get("region") or "")),
+        (str(b.get("provider") or ""), str(b.get("region") or "")),
+    )
 
 
 def weakest(paths: list[str]) -> str | None:
@@ -62,7 +62,7 @@ def refused_path(epoch: Epoch, transport: str) -> str | None:
     for i, (a, ra) in enumerate(placed):
         for b, rb in placed[i + 1 :]:
             path = path_between(a, b)
-            if path not in ADMITTED.get(transport, ADMITTED["Direct"]):
+            if not admits("Auto" if transport == "Auto" else "Direct", path):
                 return (
                     f"ranks {ra} and {rb} would connect over a {path} path, which transport {transport} does not "
                     "admit (Direct admits Private and Direct paths; set distributed.transport: Auto to allow it)"

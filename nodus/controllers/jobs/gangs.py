@@ -87,7 +87,7 @@ class Epoch:
                 return str(reason)
         return None
 
-    def outcome(self, launcher: str) -> tuple[str, str, str] | None:
+    def outcome(self) -> tuple[str, str, str] | None:
         """(phase, reason, message) once the epoch is over for the Job; None while it is still the gang's run."""
         ended = [a for a in self.members if not is_live(a)]
         if not ended:
@@ -105,10 +105,9 @@ class Epoch:
             return "Failed", _reason(failed[0], "Error"), _end_message(failed[0], "failed")
         rank0 = next((a for a in self.members if rank_of(a) == 0), None)
         if rank0 is not None and phase(rank0) == "Succeeded":
-            others_done = all(phase(a) in TERMINAL for a in self.members)
-            if others_done or launcher in HEAD_LED:
-                return ("Succeeded", "Completed", "Rank 0 succeeded.") if others_done else None
-            return None
+            # Done once every rank has ended too (a Ray-led gang's workers are stopped by ``gangplanning.settle``).
+            done = all(phase(a) in TERMINAL for a in self.members)
+            return ("Succeeded", "Completed", "Rank 0 succeeded.") if done else None
         stopped = [a for a in ended if phase(a) == "Stopped"]
         if stopped:
             return "Stopped", stopped_for or _reason(stopped[0], "Stopped"), _end_message(stopped[0], "was stopped")
@@ -123,14 +122,14 @@ def epochs_of(attempts: list[Object]) -> list[Epoch]:
     return [Epoch(n, sorted(members, key=rank_of)) for n, members in sorted(by_number.items())]
 
 
-def representatives(attempts: list[Object], launcher: str) -> list[Object]:
+def representatives(attempts: list[Object]) -> list[Object]:
     """One attempt-shaped object per epoch, as ``Slots`` reads attempts: ``spec`` (index, number) and ``status``
     (phase, reason, message, times, placement and rank 0's checkpoint and cursor)."""
     out = []
     for epoch in epochs_of(attempts):
         rank0 = epoch.members[0]
         status = dict(rank0.get("status") or {})
-        ended = epoch.outcome(launcher)
+        ended = epoch.outcome()
         starts = [s for a in epoch.members if (s := (a.get("status") or {}).get("startTime"))]
         status["startTime"] = max(starts) if epoch.assembled else None
         if ended is None:
@@ -151,11 +150,11 @@ def representatives(attempts: list[Object], launcher: str) -> list[Object]:
     return out
 
 
-def assembly_failures(attempts: list[Object], launcher: str) -> int:
+def assembly_failures(attempts: list[Object]) -> int:
     """Consecutive epochs, newest first, that never assembled."""
     count = 0
     for epoch in reversed(epochs_of(attempts)):
-        ended = epoch.outcome(launcher)
+        ended = epoch.outcome()
         if ended is None or ended[1] not in ASSEMBLY_REASONS:
             break
         count += 1

@@ -80,13 +80,8 @@ def plan(
     result = _plan(job, attempts, now, lookup or _nothing, scales or TimeScales())
     spec = job.get("spec") or {}
     if gangs.is_gang(spec):
-        once: dict[str, tuple[Object, str]] = {}
-        for attempt, reason in result.stop:
-            once.setdefault(attempt["metadata"]["name"], (attempt, reason))
-        result.stop = list(once.values())
-        launcher = gangplanning.launcher_of(spec)
         epochs = gangs.epochs_of(attempts)
-        gang_phase = gangplanning.gang_phase(str(result.status.get("phase") or "Pending"), attempts, launcher)
+        gang_phase = gangplanning.gang_phase(str(result.status.get("phase") or "Pending"), attempts)
         gangreporting.report(result.status, epochs[-1] if epochs else None, epochs, gang_phase)
     return result
 
@@ -99,7 +94,7 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
     gang = gangs.is_gang(spec)
     # Every rank attempt is stopped, billed and reported; a gang's epochs are counted as single runs.
     raw = Slots.of(attempts)
-    slots = Slots.of(gangs.representatives(attempts, gangplanning.launcher_of(spec))) if gang else raw
+    slots = Slots.of(gangs.representatives(attempts)) if gang else raw
     result = Plan(status=status)
     has_finalizer = FINALIZER in (meta.get("finalizers") or [])
     live = raw.live()
@@ -157,9 +152,9 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         result.wake_at(now, deadline)
 
     if state == "Suspended":
-        result.stop, result.checkpoint_first = suspending.suspend(status, spec, raw.live(), now)
+        result.stop, result.checkpoint_first = suspending.suspend(status, spec, live, now)
         return result
-    result.patch += suspending.resume(status, raw.live(), now)
+    result.patch += suspending.resume(status, live, now)
 
     queue_deadline = _queue_deadline(status, spec)
     if queue_deadline is not None:
@@ -223,9 +218,7 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             for index in indexes
         ]
         if gang:
-            number = slots.slot(0).next_number
-            result.create, leftovers = gangplanning.start_epoch(result.create[0], spec, attempts, number, now, scales)
-            result.stop += [(a, "GangRestart") for a in leftovers]
+            result.create = gangplanning.start_epoch(result.create[0], spec, attempts, slots.slot(0).next_number)
     result.patch += recovering.requests(job, live, handled.get("checkpoint") if gang else None)
     if any(patch.get("checkpointRequest") for _, patch in result.patch):
         handled["checkpoint"] = (meta.get("annotations") or {})[recovering.CHECKPOINT_ANNOTATION]

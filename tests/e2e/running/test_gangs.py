@@ -77,13 +77,16 @@ def gang_status(running: Running, project: str, job: str) -> dict[str, Any]:
     return dict(running.job(project, job)["status"].get("gang") or {})
 
 
+# Torch starts slowly in two sandboxes and the reference run trains again: more than the suite's 300 s on a busy
+# machine, and the waits below are bounded anyway.
+@pytest.mark.timeout(900)
 def test_a_two_node_torchrun_gang_restarts_from_its_dcp_checkpoint_with_the_same_weights(running: Running) -> None:
     skip_unless_the_sandbox_sees_this_python()
     project = running.project()
     steps = 80
     spec = gang(2, ["l4-24g-x1-eu"], [sys.executable, str(TRAIN), str(steps), "0.25"], launcher="Torchrun")
     spec["distributed"]["startupTimeout"] = "30m"  # 36 s here: torch imports on a busy machine
-    spec["recovery"] = {"checkpoint": {"interval": "1m"}}
+    spec["recovery"] = {"checkpoint": {"interval": "2m"}}  # 6 s here
     spec["outputs"] = [{"name": "weights", "path": "/nodus/outputs/weights.json", "fromRanks": "All"}]
     create(running, project, "ddp", **spec)
 

@@ -1,7 +1,9 @@
-"""Fixtures shared by the agent's runtime tests: a real bubblewrap sandbox and an attempt's directory."""
+"""Fixtures shared by the agent's tests: a real bubblewrap sandbox, an attempt's directory, checkpoint state and
+its mirror, and a client of the session's API server."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,9 @@ import pytest
 from nodus.agent import runtime
 from nodus.agent.layout import AttemptLayout
 from nodus.agent.snapshots import Mirror
+from nodus.client import Client, ClientConfig
 from tests.agent.trees import STATE
+from tests.support import cluster as clusters
 
 
 @pytest.fixture
@@ -37,3 +41,10 @@ def state(tmp_path: Path) -> Path:
 @pytest.fixture
 def mirror(tmp_path: Path, state: Path) -> Mirror:
     return Mirror(tmp_path / "mirror", {STATE: state})
+
+
+@pytest.fixture
+async def api(cluster: clusters.Cluster) -> AsyncIterator[Client]:
+    """An administrator's client of the session's API server (the agent's own credentials)."""
+    async with Client(ClientConfig.from_kubeconfig(cluster.kubeconfig("admin"))) as client:
+        yield client

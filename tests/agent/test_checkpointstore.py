@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ from nodus.agent import checkpointstore
 from nodus.agent.checkpointstore import CheckpointFailed, CheckpointStore
 from nodus.agent.manifests import CHUNK_SIZE, Manifest
 from nodus.agent.snapshots import Mirror
-from nodus.client import Client, ClientConfig
+from nodus.client import Client
 from tests.agent.trees import make_tree, tree
 from tests.conftest import make_project
 from tests.support import cluster as clusters
@@ -24,12 +23,6 @@ pytestmark = pytest.mark.e2e
 
 STATE = "/nodus/state"
 CREATED = "2025-01-02T03:04:05Z"
-
-
-@pytest.fixture
-async def api(cluster: clusters.Cluster) -> AsyncIterator[Client]:
-    async with Client(ClientConfig.from_kubeconfig(cluster.kubeconfig("admin"))) as client:
-        yield client
 
 
 @pytest.fixture

@@ -167,15 +167,17 @@ def test_torchrun_commands(argv: list[str], expected: list[str]) -> None:
     assert launchers.launch("Torchrun", argv, make_facts().rank(1).gpus(4).build()).argv == expected
 
 
-@pytest.mark.parametrize(
-    ("argv", "script", "script_args", "module", "no_python"),
-    [
-        pytest.param(PYTHON_SCRIPT, "train.py", ["--lr", "0.1"], False, False, id="python-script"),
-        pytest.param(["python", "-m", "pkg.train", "-v"], "pkg.train", ["-v"], True, False, id="python-module"),
-        pytest.param(["python", "-u", "t.py"], "python", ["-u", "t.py"], False, True, id="python-with-options"),
-        pytest.param(["./train", "-v"], "./train", ["-v"], False, True, id="not-python"),
-    ],
-)
+# The forms a command takes (a script, a module, an interpreter with options, not Python), with what each launcher
+# must be given: its script, the script's arguments, whether it is a module, whether it is no Python script.
+COMMAND_FORMS = [
+    pytest.param(PYTHON_SCRIPT, "train.py", ["--lr", "0.1"], False, False, id="python-script"),
+    pytest.param(["python", "-m", "pkg.train", "-v"], "pkg.train", ["-v"], True, False, id="python-module"),
+    pytest.param(["python", "-u", "t.py"], "python", ["-u", "t.py"], False, True, id="python-with-options"),
+    pytest.param(["./train", "-v"], "./train", ["-v"], False, True, id="not-python"),
+]
+
+
+@pytest.mark.parametrize(("argv", "script", "script_args", "module", "no_python"), COMMAND_FORMS)
 @pytest.mark.parametrize("gpus", [0, 8])
 def test_torch_parses_the_torchrun_command_as_a_static_rendezvous_without_restarts(
     argv: list[str], script: str, script_args: list[str], module: bool, no_python: bool, gpus: int
@@ -240,15 +242,7 @@ def test_accelerate_commands(argv: list[str], prefix: list[str], tail: list[str]
         pytest.param(8, 16, True, False, id="gpu-8"),
     ],
 )
-@pytest.mark.parametrize(
-    ("argv", "script", "script_args", "module", "no_python"),
-    [
-        pytest.param(PYTHON_SCRIPT, "train.py", ["--lr", "0.1"], False, False, id="python-script"),
-        pytest.param(["python", "-m", "pkg.train", "-v"], "pkg.train", ["-v"], True, False, id="python-module"),
-        pytest.param(["python", "-u", "t.py"], "python", ["-u", "t.py"], False, True, id="python-with-options"),
-        pytest.param(["./train", "-v"], "./train", ["-v"], False, True, id="not-python"),
-    ],
-)
+@pytest.mark.parametrize(("argv", "script", "script_args", "module", "no_python"), COMMAND_FORMS)
 def test_accelerate_parses_the_accelerate_command(
     gpus: int,
     processes: int,

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
 from nodus.agent.meshing import Assembled, Mesh, MeshFailed
-from nodus.client import Client, ClientConfig
+from nodus.client import Client
 from tests.conftest import make_project
-from tests.support import cluster as clusters
 
 pytestmark = pytest.mark.e2e
 
@@ -22,12 +20,6 @@ Object = dict[str, Any]
 PROBE_BYTES = 4 << 20
 # Only a guard against a hung test; the assembly itself has no timeout of its own.
 BOUND = 60
-
-
-@pytest.fixture
-async def api(cluster: clusters.Cluster) -> AsyncIterator[Client]:
-    async with Client(ClientConfig.from_kubeconfig(cluster.kubeconfig("admin"))) as client:
-        yield client
 
 
 @pytest.fixture

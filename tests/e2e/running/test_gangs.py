@@ -273,17 +273,21 @@ print("done", n, flush=True)
 """
 
 
-def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_shards(running: Running) -> None:
-    project = running.project()
-    spec = {
+def counter_gang(interval: str = "2h") -> dict[str, Any]:
+    """Two CPU ranks counting in their own files (plain files, not a torch.distributed.checkpoint directory)."""
+    return {
         "command": [PYTHON, "-c", GANG_COUNTER, "100000"],
         "resources": {"cpu": "1"},
         "placement": {"offerings": ["cpu-8c-eu"]},
         "distributed": {"nodes": 2},
-        # Plain files, not a torch.distributed.checkpoint directory; a long interval: only the suspend saves.
-        "recovery": {"checkpoint": {"format": "Snapshot", "interval": "2h"}},
+        "recovery": {"checkpoint": {"format": "Snapshot", "interval": interval}},
     }
-    create(running, project, "counting", **spec)
+
+
+def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_shards(running: Running) -> None:
+    project = running.project()
+    # A long interval: only the suspend saves.
+    create(running, project, "counting", **counter_gang())
     running.wait_for("the gang to run", lambda: gang_status(running, project, "counting").get("phase") == "Running")
     patch_spec(running, project, "counting", {"state": "Suspended"})
     suspended = running.wait_phase(project, "counting", "Suspended", timeout=120)
@@ -315,15 +319,8 @@ def test_a_suspended_gang_checkpoints_every_rank_together_and_resumes_from_all_s
 
 def test_a_notice_to_one_rank_checkpoints_the_whole_gang_before_it_restarts(running: Running) -> None:
     project = running.project()
-    spec = {
-        "command": [PYTHON, "-c", GANG_COUNTER, "100000"],
-        "resources": {"cpu": "1"},
-        "placement": {"offerings": ["cpu-8c-eu"]},
-        "distributed": {"nodes": 2},
-        # No checkpoint but the notice's: what epoch 2 restores can only come from it.
-        "recovery": {"checkpoint": {"format": "Snapshot", "interval": "2h"}},
-    }
-    create(running, project, "noticed", **spec)
+    # No checkpoint but the notice's (a long interval): what epoch 2 restores can only come from it.
+    create(running, project, "noticed", **counter_gang())
     running.wait_for("the gang to run", lambda: gang_status(running, project, "noticed").get("phase") == "Running")
     first = members(running, project, "noticed", 1)
     nodus(running, "sim", "preempt", first[1]["spec"]["node"], "--notice", "6s")

@@ -48,6 +48,7 @@ from nodus.controllers.nodes.provisioning import (
     RAN_ON_INDEX,
     AttemptProvisioner,
     IdleHosts,
+    enqueue_gang,
     nodes_of,
     ran_on,
 )
@@ -179,6 +180,7 @@ class Controllers:
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))
+        attempts.add_handler(enqueue_gang(provision_queue))
         provider_name = "sim" if settings.sim is not None else "manual"
         provisioner = AttemptProvisioner(client, attempts, nodes, offerings, provider_name)
         manager.add_controller("provisioner", provisioner, provision_queue, workers)

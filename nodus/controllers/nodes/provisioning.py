@@ -24,8 +24,9 @@ from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.jobs.slots import TERMINAL
-from nodus.controllers.runtime.informers import Informer
+from nodus.controllers.runtime.informers import Handler, Informer
 from nodus.controllers.runtime.manager import Result
+from nodus.controllers.runtime.workqueue import WorkQueue
 
 Object = dict[str, Any]
 
@@ -33,8 +34,6 @@ NODE_INDEX = "node"
 RAN_ON_INDEX = "ran-on"
 USABLE_NODE_PHASES = frozenset({"Booting", "Ready"})
 REUSE_GRACE = timedelta(seconds=10)
-# How soon a gang rank that is funded looks again whether its peers are (their holds are placed one by one).
-GANG_FUNDING_RECHECK = 0.5
 
 
 def nodes_of(attempt: Object) -> list[str]:
@@ -64,6 +63,21 @@ def idle_since(node: Object, ran: list[Object]) -> str:
     status = node.get("status") or {}
     start = str(status.get("readyTime") or node["metadata"].get("creationTimestamp") or "")
     return max([start, *ended])
+
+
+def enqueue_gang(queue: WorkQueue[tuple[str | None, str]]) -> Handler:
+    """A handler that queues every rank of a changed gang rank's epoch: a rank waiting for its peers' holds
+    (:meth:`AttemptProvisioner._gang_funded`) is looked at again as soon as the last one is placed."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        namespace = obj["metadata"].get("namespace")
+        for member in ((obj.get("spec") or {}).get("gang") or {}).get("members") or []:
+            queue.add((namespace, str(member)))
+
+    return handler
 
 
 def never_came(ran: list[Object]) -> bool:
@@ -125,8 +139,9 @@ class AttemptProvisioner:
         ):
             return None
         if not self._gang_funded(attempt):
-            # A gang's hosts come up together: none is billed while another rank waits for its hold.
-            return Result(requeue_after=GANG_FUNDING_RECHECK)
+            # A gang's hosts come up together: none is billed while another rank waits for its hold. The last
+            # rank's hold brings every rank back (``enqueue_gang``).
+            return None
         node_name = placement.get("node")
         if not node_name or not self._free(node_name, attempt):
             offering = self._offerings.get(None, placement["offering"])

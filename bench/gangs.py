@@ -30,16 +30,10 @@ from typing import Any
 
 from bench import common, recovery
 
-BOOT_TIME = "2s"
+BOOT_TIME = recovery.BOOT_TIME
 OFFERING = "cpu-8c-eu"
 SIZES = (2, 4, 8)
 SLEEP_S = "2"
-
-
-def _flags(capacity: int) -> list[str]:
-    from tests.support.controllers import TEST_FLAGS
-
-    return [*TEST_FLAGS, "--sim-boot-time", BOOT_TIME, "--sim-capacity", str(capacity)]
 
 
 def _job(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -187,16 +181,10 @@ async def run(workdir: Path, rounds: int = 5, restarts: int = 5, timeout: float 
     from nodus.client import Client
 
     hosts = await asyncio.to_thread(recovery._directories, workdir)
-    flags = _flags(max(SIZES) + 2)
+    flags = recovery._controller_flags(max(SIZES) + 2)
     result: dict[str, Any] = {"boot_time_s": float(BOOT_TIME.rstrip("s")), "rounds": rounds, "controller_flags": flags}
     controllers: list[recovery.Controller] = []
-    async with (
-        common.scratch_database(common.database_server_url()) as db,
-        common.running_server(db, workdir / "api", extra_args=("--funded-window", "8s")) as server,
-    ):
-        result["postgres"] = await common.postgres_facts(db)
-        await asyncio.to_thread(common.create_project, server)
-        kubeconfig = common.write_kubeconfig(server, workdir / "kubeconfig")
+    async with recovery.api_server(workdir, result) as (_, server, kubeconfig):
         controllers.append(recovery._start_controller(kubeconfig, workdir, hosts, flags))
         try:
             async with Client(common.client_config(server), user_agent="bench-gangs") as client:

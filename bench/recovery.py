@@ -47,6 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,6 +118,20 @@ async def _wait_for_leader(client: Any, among: list[Controller], timeout: float 
             return holder
         await asyncio.sleep(0.2)
     raise RuntimeError(f"none of {sorted(identities)} took the lead in {timeout:.0f} s")
+
+
+@contextlib.asynccontextmanager
+async def api_server(workdir: Path, result: dict[str, Any]) -> AsyncIterator[tuple[str, Any, Path]]:
+    """A scratch database and an API server on it (holds funded 8 s, as the controllers' test flags), with the
+    bench project and an administrator's kubeconfig: (database URL, server, kubeconfig). PostgreSQL's settings go
+    into ``result``."""
+    async with (
+        common.scratch_database(common.database_server_url()) as db,
+        common.running_server(db, workdir / "api", extra_args=("--funded-window", "8s")) as server,
+    ):
+        result["postgres"] = await common.postgres_facts(db)
+        await asyncio.to_thread(common.create_project, server)
+        yield db, server, common.write_kubeconfig(server, workdir / "kubeconfig")
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -307,13 +322,7 @@ async def run(
     }
     chaos = _Chaos(rng)
     everyone: list[Controller] = []
-    async with (
-        common.scratch_database(common.database_server_url()) as db,
-        common.running_server(db, workdir / "api", extra_args=("--funded-window", "8s")) as server,
-    ):
-        result["postgres"] = await common.postgres_facts(db)
-        await asyncio.to_thread(common.create_project, server)
-        kubeconfig = common.write_kubeconfig(server, workdir / "kubeconfig")
+    async with api_server(workdir, result) as (db, server, kubeconfig):
 
         def start() -> Controller:
             controller = _start_controller(kubeconfig, workdir, hosts, flags)

@@ -17,7 +17,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nodus.api import openapi
 from nodus.api.errors import APIError, internal
-from nodus.api.http import billing, blobs, credits, discovery, logs, outputs, resources, secrets, system
+from nodus.api.http import (
+    billing,
+    blobs,
+    credits,
+    discovery,
+    logs,
+    nodecredentials,
+    outputs,
+    resources,
+    secrets,
+    system,
+)
 from nodus.api.http.responses import error_response, request_id
 from nodus.api.server import APIServer
 from nodus.storage.errors import StorageError
@@ -121,6 +132,7 @@ def create_app(server: APIServer) -> FastAPI:
     # Before the catch-all: the log and secret values subresources are served by their own handlers.
     every_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     router.add_route("/apis/nodus.dev/v1/projects/{name}/credits", credits.credits, every_method)
+    router.add_route("/apis/nodus.dev/v1/nodecredentials", nodecredentials.create, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/holds/{hold}", billing.hold_state, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/postings", billing.postings, every_method)
     router.add_route(

@@ -69,6 +69,8 @@ class KindInfo:
     )
     # False for kinds written only by controllers: users may then only get, list and watch.
     user_writable: bool = True
+    # False for cluster-scoped kinds that only administrators and the controllers may read (BootstrapToken).
+    cluster_readable: bool = True
     # Names are RFC 1123 labels (at most 63 characters) rather than subdomains.
     dns_label_names: bool = False
     # A ``log`` subresource (plain text, like pods/log): Jobs and Attempts.

@@ -8,12 +8,15 @@ from typing import Any
 
 from nodus.api import bootstrap, offerings
 from nodus.api.auth.authorization import Authorizer, member_names
+from nodus.api.auth.bootstraptokens import BootstrapTokenAuthenticator
+from nodus.api.auth.nodecredentials import NodeCredentials
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
 from nodus.api.kinds import catalog, secret
 from nodus.api.metrics import Metrics
+from nodus.api.nodegraph import StoredNodeGraph
 from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
 from nodus.api.store import GenericStore
@@ -49,13 +52,15 @@ class APIServer:
             if settings.token_auth_file
             else TokenAuthenticator({})
         )
-        self.authorizer = Authorizer(self._project, self._projects_for)
+        self.node_credentials = NodeCredentials(self.secret_keys, self._node, settings.node_credential_ttl)
+        self.bootstrap_tokens = BootstrapTokenAuthenticator(self._bootstrap_token)
         self.metrics = Metrics()
         self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync)
         # Read before serving, so that a bad price book stops the server before it starts.
         self.price_book = offerings.load(settings.price_book)
         # Opened here, so that a bad --blob-store stops the server before it starts.
         self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
+        self.authorizer = Authorizer(self._project, self._projects_for, StoredNodeGraph(self.storage, self.blob_store))
         self.stores["jobs"].admission = JobEstimates(
             self.storage, self.price_book.version, settings.funded_window, self.secret_keys
         ).admit
@@ -80,6 +85,12 @@ class APIServer:
 
     async def _project(self, name: str) -> dict[str, Any] | None:
         return await self.storage.get(Key("Project", "", name))
+
+    async def _node(self, name: str) -> dict[str, Any] | None:
+        return await self.storage.get(Key("Node", "", name))
+
+    async def _bootstrap_token(self, token_id: str) -> dict[str, Any] | None:
+        return await self.storage.get(Key("BootstrapToken", "", token_id))
 
     async def _projects_for(self, principal: Principal) -> list[str]:
         names: set[str] = set()

@@ -40,3 +40,5 @@ class ServerSettings:
     # The funded window of a hold, as the billing controller places it (--funded-window of both): the
     # estimate quotes holds with it.
     funded_window: timedelta = timedelta(minutes=10)
+    # How long a node credential lives (--node-credential-ttl); agents renew theirs halfway (ADR 0035).
+    node_credential_ttl: timedelta = timedelta(hours=24)

@@ -24,11 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _KEY_ID = re.compile(r"^[A-Za-z0-9][-._A-Za-z0-9]{0,62}$")
+
+
+def subkey(key: bytes, purpose: str) -> bytes:
+    """HKDF-SHA256 of ``key`` with info ``nodus.dev/<purpose>`` (no salt: the input key is uniformly random)."""
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=f"nodus.dev/{purpose}".encode()).derive(
+        key
+    )
 
 
 class KeyFileError(ValueError):
@@ -55,13 +64,25 @@ class Keyring:
         if not keys:
             raise KeyFileError("a keyring needs at least one key")
         self._keys: dict[str, AESGCM] = {}
+        self._raw: dict[str, bytes] = {}
         for key_id, key in keys:
             if key_id in self._keys:
                 raise KeyFileError(f"key id {key_id!r} appears twice")
             if len(key) != KEY_BYTES:
                 raise KeyFileError(f"key {key_id!r} is {len(key)} bytes; AES-256 keys are {KEY_BYTES}")
             self._keys[key_id] = AESGCM(key)
+            self._raw[key_id] = key
         self.active_id = keys[-1][0]
+
+    def derive(self, purpose: str) -> Keyring:
+        """The keyring of one purpose: every key replaced by its HKDF-SHA256 subkey for ``purpose``, under the
+        same ids (ADR 0035). Each use of the key file (Secret values, estimate ETags, node credentials) takes its
+        own purpose, so that a value made for one can never be passed off as another."""
+        return Keyring([(key_id, subkey(key, purpose)) for key_id, key in self._raw.items()])
+
+    def raw_key(self, key_id: str) -> bytes | None:
+        """The key with this id (for a MAC); None when the key file does not hold it."""
+        return self._raw.get(key_id)
 
     @property
     def key_ids(self) -> tuple[str, ...]:

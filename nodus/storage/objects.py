@@ -148,6 +148,16 @@ class Storage:
             )
         return [r["name"] for r in records]
 
+    async def labelled(self, kind: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """Objects of ``kind`` in every namespace whose labels include ``labels`` (the labels' GIN index)."""
+        async with self._connection() as conn:
+            bodies = await conn.fetch(
+                "SELECT body FROM objects WHERE kind = $1 AND labels @> $2::jsonb ORDER BY namespace, name",
+                kind,
+                orjson.dumps(labels).decode(),
+            )
+        return [orjson.loads(r["body"]) for r in bodies]
+
     async def namespaced_in(self, namespace: str, kinds: list[str]) -> list[dict[str, Any]]:
         async with self._connection() as conn:
             bodies = await conn.fetch(

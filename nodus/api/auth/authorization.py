@@ -1,14 +1,22 @@
-"""Who may do what: project roles, with ``system:masters`` as administrators.
+"""Who may do what: Nodus's own identities first, then project roles for users.
+
+The chain, as kube-apiserver's union of authorizers (ADR 0035): administrators (``system:masters``)
+may do everything; a node agent is decided by the node authorizer (``nodus.api.auth.nodes``), a host
+holding a bootstrap token may only exchange it for a node credential, and the controllers by their
+table of rights (``nodus.api.auth.controllers``). Those identities never fall through to project
+roles. Everyone else is a user:
 
 A Project's ``spec.members`` lists ``{name, role}``; ``name`` is a user name, or ``group:<group>``
 for everyone in a group. Roles are cumulative: **Viewer** may get, list and watch what the project
 holds; **Editor** may also create, update, patch and delete it; **Owner** may also update the
-Project itself (its members). Creating and deleting Projects, and writing any ``/status``, is for
-administrators (controllers run as administrators). A cluster-wide list or watch is narrowed to
+Project itself (its members). A member named ``group:<g>`` matches members of group ``g`` only, never a
+user who happens to be named ``group:<g>``. Creating and deleting Projects, and writing any
+``/status``, is for administrators and the controllers. A cluster-wide list or watch is narrowed to
 the projects the caller can read and reveals nothing about the others.
 
 The other cluster-scoped kinds (Offering, Node, Lease) describe the installation, not a tenant:
-every authenticated user may get, list and watch them, and only administrators write them.
+every authenticated user may get, list and watch them, and only Nodus writes them. BootstrapTokens
+are for administrators and the controllers only.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from typing import Any
 
+from nodus.api.auth import controllers
+from nodus.api.auth.nodes import Attributes, NodeAuthorizer, NodeGraph, refuse
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError
 from nodus.api.registry import GROUP, KindInfo
@@ -47,10 +57,11 @@ def role_in(project: dict[str, Any] | None, principal: Principal) -> Role:
         if not isinstance(member, dict):
             continue
         name = member.get("name")
-        matches = name == principal.user or (
-            isinstance(name, str) and name.startswith("group:") and name[len("group:") :] in principal.groups
-        )
-        if matches:
+        if not isinstance(name, str):
+            continue
+        # "group:<g>" names a group only: a user who is literally called "group:<g>" is not its member.
+        group = name.removeprefix("group:") if name.startswith("group:") else None
+        if (group in principal.groups) if group is not None else name == principal.user:
             best = max(best, ROLE_NAMES.get(str(member.get("role")), Role.NONE))
     return best
 
@@ -97,9 +108,32 @@ def _read_only(principal: Principal, verb: str, info: KindInfo, project: str | N
 class Authorizer:
     """Decides each request; project documents are read through the injected lookups."""
 
-    def __init__(self, project: ProjectLookup, projects_for: ProjectsForPrincipal) -> None:
+    def __init__(self, project: ProjectLookup, projects_for: ProjectsForPrincipal, graph: NodeGraph) -> None:
         self._project = project
         self._projects_for = projects_for
+        self.nodes = NodeAuthorizer(graph)
+
+    async def system(self, attrs: Attributes) -> bool:
+        """Decide for Nodus's own identities: True when allowed, a 403 when one of them is refused, False
+        when the caller is a user (project roles, or the endpoint's own rule for users, decide)."""
+        principal = attrs.principal
+        if principal.is_admin:
+            return True
+        if principal.node_name is not None:
+            await self.nodes.authorize(attrs)
+            return True
+        if principal.bootstrap_token is not None:
+            if attrs.resource == "nodecredentials" and attrs.verb == "create":
+                return True
+            raise refuse(
+                attrs,
+                "A bootstrap token can only be exchanged for a node credential (nodus agent --join-token does it).",
+                why="bootstrap tokens authenticate nothing else",
+            )
+        if principal.is_controller:
+            controllers.authorize(attrs)
+            return True
+        return False
 
     async def authorize(
         self,
@@ -110,11 +144,25 @@ class Authorizer:
         name: str | None,
         subresource: str = "",
         seen: dict[str, dict[str, Any] | None] | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
     ) -> None:
         """Raise a 403 Status unless ``principal`` may do ``verb``. Cluster-wide reads are allowed
         here and narrowed by :meth:`readable_projects`. Projects read are kept in ``seen``, so that the
-        rest of the request (admission) need not read them again."""
-        if principal.is_admin:
+        rest of the request (admission) need not read them again. The selectors matter to the node
+        authorizer only (a node lists just the Attempts bound to it)."""
+        attrs = Attributes(
+            principal,
+            verb,
+            info.plural,
+            namespace if info.namespaced else None,
+            name,
+            subresource,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
+        if await self.system(attrs):
             return
         shown_verb = f"{verb}/{subresource}" if subresource else verb
         if subresource and verb not in READ_VERBS:
@@ -129,8 +177,12 @@ class Authorizer:
             await self._authorize_project(principal, verb, info, name, seen)
             return
         if not info.namespaced:
-            if verb in READ_VERBS:
+            if verb in READ_VERBS and info.cluster_readable:
                 return
+            if not info.cluster_readable:
+                raise forbidden(
+                    principal, verb, info, None, f"Only administrators (group system:masters) use {info.plural}."
+                )
             if not info.user_writable:
                 raise _read_only(principal, verb, info, None)
             raise forbidden(
@@ -172,8 +224,10 @@ class Authorizer:
             raise forbidden(principal, verb, info, name, _ask(name, principal, needed))
 
     async def readable_projects(self, principal: Principal) -> list[str] | None:
-        """None when the caller may read every project; otherwise the projects it may read."""
-        if principal.is_admin:
+        """None when the caller may read every project; otherwise the projects it may read. Nodus's own
+        identities are not narrowed here: their authorizers decided what they may list (a node, only with
+        its own label selector)."""
+        if principal.is_system:
             return None
         return await self._projects_for(principal)
 

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from nodus.api.auth.principal import AUTHENTICATED_GROUP, Principal
+from nodus.api.auth.principal import AUTHENTICATED_GROUP, Principal, claims_server_identity
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ def authenticate(
             for prefix in config.extra_header_prefixes:
                 if key.startswith(prefix):
                     extra.setdefault(unquote(key[len(prefix) :]), []).append(value)
-    if not user:
-        return None
+    if not user or claims_server_identity(user, groups) is not None:
+        return None  # node and bootstrap identities are the API server's to grant, never a proxy's
     if AUTHENTICATED_GROUP not in groups:
         groups.append(AUTHENTICATED_GROUP)
     return Principal(user=user, uid=uid, groups=tuple(groups), extra={k: tuple(v) for k, v in extra.items()})

@@ -10,7 +10,7 @@ import csv
 import hmac
 from pathlib import Path
 
-from nodus.api.auth.principal import AUTHENTICATED_GROUP, Principal
+from nodus.api.auth.principal import AUTHENTICATED_GROUP, Principal, claims_server_identity
 
 
 class TokenFileError(ValueError):
@@ -34,6 +34,9 @@ class TokenAuthenticator:
                 groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
                 if not token or not user:
                     raise TokenFileError(f"{path}:{number}: the token and the user must not be empty")
+                refused = claims_server_identity(user, groups)
+                if refused is not None:
+                    raise TokenFileError(f"{path}:{number}: {refused}")
                 principals[token] = Principal(user=user, uid=uid, groups=(*groups, AUTHENTICATED_GROUP))
         return cls(principals)
 

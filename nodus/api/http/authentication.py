@@ -1,4 +1,8 @@
-"""Authenticating a request: the front-proxy headers on a verified connection, else a bearer token."""
+"""Authenticating a request: the front-proxy headers on a verified connection, else a bearer token.
+
+A bearer token is tried as a static token (``--token-auth-file``), then as a node credential, then as
+a bootstrap token (ADR 0035); the formats do not overlap, so at most one can match.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from nodus.api.errors import APIError
 from nodus.api.server import APIServer
 
 
-def authenticate(server: APIServer, request: Request) -> Principal:
+async def authenticate(server: APIServer, request: Request) -> Principal:
     config = server.settings.requestheader
     if config is not None:
         peer = request.scope.get("state", {}).get("peer_certificate")
@@ -19,8 +23,13 @@ def authenticate(server: APIServer, request: Request) -> Principal:
             return principal
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        principal = server.tokens.authenticate(token.strip())
+    token = token.strip()
+    if scheme.lower() == "bearer" and token:
+        principal = server.tokens.authenticate(token)
+        if principal is None:
+            principal = await server.node_credentials.authenticate(token)
+        if principal is None:
+            principal = await server.bootstrap_tokens.authenticate(token)
         if principal is not None:
             return principal
     raise APIError("Unauthorized", "Unauthorized")

@@ -38,7 +38,7 @@ Controllers are API clients (they never touch the database), so money moves thro
   Budgets the Job matches and must fit each (a 402 ``BudgetExceeded`` naming the Budget otherwise).
   Without it (an extension for time already billed) no Budget is checked and the tags stay.
 
-Only administrators (group ``system:masters``: the controllers) may call either.
+Only administrators and the controllers (ADR 0035) may call either.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from nodus.api import credits
+from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
@@ -78,9 +79,11 @@ FIELD_MANAGER = "nodus-billing"
 _RESOURCE = "ledger"
 
 
-def _admin_only(server: APIServer, request: Request) -> Principal:
-    principal = authenticate(server, request)
-    if not principal.is_admin:
+async def _nodus_only(server: APIServer, request: Request, verb: str, resource: str) -> Principal:
+    """Administrators and the controllers (for the parts of the door they use) move money; nobody else."""
+    principal = await authenticate(server, request)
+    attrs = Attributes(principal, verb, _RESOURCE, request.path_params.get("namespace"), None, resource)
+    if not await server.authorizer.system(attrs):
         raise APIError(
             "Forbidden",
             f'User "{principal.user}" cannot use the ledger of API group "{GROUP}": only Nodus moves money',
@@ -90,25 +93,25 @@ def _admin_only(server: APIServer, request: Request) -> Principal:
     return principal
 
 
-def _admin_get(request: Request, resource: str) -> APIServer:
-    """The preamble of the door's reads: GET only, counted as ``get ledger/<resource>``, administrators only."""
+async def _admin_get(request: Request, resource: str) -> APIServer:
+    """The preamble of the door's reads: GET only, counted as ``get ledger/<resource>``, Nodus only."""
     server: APIServer = request.app.state.server
     if request.method != "GET":
         raise method_not_allowed(request.method.lower(), f"ledger/{resource}")
     request.scope["state"]["metrics"] = ("get", f"ledger/{resource}")
-    _admin_only(server, request)
+    await _nodus_only(server, request, "get", resource)
     return server
 
 
 async def hold_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/holds/{hold}``."""
-    server = _admin_get(request, "holds")
+    server = await _admin_get(request, "holds")
     return respond(await _state(server, request.path_params["namespace"], request.path_params["hold"]))
 
 
 async def budget_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/budgets/{budget}``."""
-    server = _admin_get(request, "budgets")
+    server = await _admin_get(request, "budgets")
     project, name = request.path_params["namespace"], request.path_params["budget"]
     budget = await server.storage.get(Key(budgets.KIND, project, name))
     if budget is None:
@@ -135,7 +138,7 @@ async def budget_state(request: Request) -> Response:
 
 async def storage_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/storage/{subject}``."""
-    server = _admin_get(request, "storage")
+    server = await _admin_get(request, "storage")
     return respond(await _storage(server, request.path_params["namespace"], request.path_params["subject"]))
 
 
@@ -145,7 +148,7 @@ async def postings(request: Request) -> Response:
     if request.method != "POST":
         raise method_not_allowed(request.method.lower(), "ledger/postings")
     request.scope["state"]["metrics"] = ("create", "ledger/postings")
-    principal = _admin_only(server, request)
+    principal = await _nodus_only(server, request, "create", "postings")
     project = request.path_params["namespace"]
     body = _object(await request.body())
     operation, key = str(body.get("operation") or ""), _text(body, "key")

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from nodus.api import credits as shown
+from nodus.api.auth.nodes import Attributes
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http.authentication import authenticate
@@ -40,7 +41,7 @@ MAX_KEY_LENGTH = 200
 async def credits(request: Request) -> Response:
     """``GET``/``POST /apis/nodus.dev/v1/projects/{name}/credits``."""
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     name = request.path_params["name"]
     projects = server.registry.by_plural("projects")
     assert projects is not None
@@ -49,7 +50,8 @@ async def credits(request: Request) -> Response:
         await server.authorizer.authorize(principal, "get", projects, None, name)
     elif request.method == "POST":
         request.scope["state"]["metrics"] = ("create", _RESOURCE)
-        if not principal.is_admin:
+        attrs = Attributes(principal, "create", "credits", None, name)
+        if not await server.authorizer.system(attrs):
             raise APIError(
                 "Forbidden",
                 f'projects.{GROUP} "{name}" is forbidden: User "{principal.user}" cannot create resource '

@@ -35,6 +35,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http import streaming
@@ -416,7 +417,7 @@ async def _attempt(server: APIServer, info: KindInfo, namespace: str, name: str)
 async def attempt_log(request: Request) -> Response:
     """``GET`` (read) and ``POST`` (append) ``/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log``."""
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     info = _kind(server, "attempts", request)
     namespace, name = request.path_params["namespace"], request.path_params["name"]
     verb = {"GET": "get", "POST": "create"}.get(request.method)
@@ -424,7 +425,8 @@ async def attempt_log(request: Request) -> Response:
         raise method_not_allowed(request.method.lower(), f"{info.plural}/log")
     request.scope["state"]["metrics"] = (verb, f"{info.plural}/log")
     if verb == "create":
-        _only_administrators(principal, info, namespace)
+        if not await server.authorizer.system(Attributes(principal, "create", info.plural, namespace, name, "log")):
+            raise _append_refused(principal, info, namespace)
         attempt = await _attempt(server, info, namespace, name)
         entries = parse_entries(await _read_body(request), name)
         await AttemptLogs(server.storage).append(str(attempt["metadata"]["uid"]), namespace, name, entries)
@@ -434,15 +436,13 @@ async def attempt_log(request: Request) -> Response:
     return await _serve(server, info, await _attempt(server, info, namespace, name), options)
 
 
-def _only_administrators(principal: Principal, info: KindInfo, namespace: str) -> None:
-    """Lines are appended by agents and controllers (system:masters), as ``/status`` is written."""
-    if principal.is_admin:
-        return
-    raise APIError(
+def _append_refused(principal: Principal, info: KindInfo, namespace: str) -> APIError:
+    """Lines are appended by the node agent that runs the attempt (and administrators), never by users."""
+    return APIError(
         "Forbidden",
         f'{info.plural}.{GROUP} is forbidden: User "{principal.user}" cannot create resource "{info.plural}/log" in '
         f'API group "{GROUP}" in project "{namespace}"',
-        fix="Only administrators (group system:masters) append log lines: the agent that runs the attempt does.",
+        fix="Only the node agent that runs the attempt appends its log lines.",
         details={"group": GROUP, "kind": info.plural},
     )
 
@@ -452,7 +452,7 @@ async def job_log(request: Request) -> Response:
     the attempt with that number (default: the latest) of that index (default 0); for a gang, of that rank
     (default 0) of that epoch."""
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     jobs = _kind(server, "jobs", request)
     attempts = _kind(server, "attempts", request)
     namespace, name = request.path_params["namespace"], request.path_params["name"]

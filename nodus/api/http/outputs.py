@@ -71,7 +71,7 @@ def content_disposition(name: str) -> str:
 async def job_output(request: Request) -> Response:
     """``GET /apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/outputs/{output}?index=&rank=``."""
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     jobs = server.registry.by_plural("jobs")
     assert jobs is not None
     namespace, name, output = (request.path_params[k] for k in ("namespace", "name", "output"))

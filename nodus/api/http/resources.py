@@ -107,7 +107,7 @@ def _render(
 
 async def handle(request: Request) -> Response:
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     target = paths.parse(request.path_params["path"], server.registry)
     method = request.method
     request.scope["state"]["metrics"] = (_verb(method, target, request), target.info.plural)
@@ -150,7 +150,16 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
     info = target.info
     representation = negotiation.representation(request.headers.get("accept"))
     verb = _verb("GET", target, request)
-    await server.authorizer.authorize(principal, verb, info, target.namespace, target.name, target.subresource)
+    await server.authorizer.authorize(
+        principal,
+        verb,
+        info,
+        target.namespace,
+        target.name,
+        target.subresource,
+        label_selector=request.query_params.get("labelSelector", ""),
+        field_selector=request.query_params.get("fieldSelector", ""),
+    )
     _check_verb(info, verb)
     if verb == "get":
         obj = await server.stores[info.plural].get(target.namespace, target.name or "")

@@ -2,9 +2,9 @@
 
 ``GET /apis/nodus.dev/v1/namespaces/{project}/secrets/{name}/values?version=N&uid=UID`` returns
 ``{"kind": "SecretValues", "apiVersion": "nodus.dev/v1", "name", "uid", "version", "data": {key: base64}}``
-(``Cache-Control: no-store``). Only administrators may call it (group ``system:masters``: controllers
-and agents run as such); users, even a project's Owner, read keys and versions from the Secret itself
-and never its values (ADR-0013).
+(``Cache-Control: no-store``). Only administrators and node agents may call it, a node only for the
+versions its active Attempts pin (ADR 0035); users, even a project's Owner, read keys and versions
+from the Secret itself and never its values (ADR-0013). The controllers never read values.
 
 ``version`` defaults to the current one and ``uid`` to any; a Job passes both, as it pinned them at
 admission. A 404 Status says which is gone: the Secret, its uid (deleted and recreated under the same
@@ -19,6 +19,7 @@ import logging
 from starlette.requests import Request
 from starlette.responses import Response
 
+from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http.authentication import authenticate
@@ -39,7 +40,7 @@ def _forbidden(principal: Principal, namespace: str) -> APIError:
         "Forbidden",
         f'secrets.{GROUP} is forbidden: User "{principal.user}" cannot get resource "{_RESOURCE}" in API group '
         f'"{GROUP}" in project "{namespace}"',
-        fix="Secret values are read only by Nodus (controllers and agents, group system:masters). Users see the "
+        fix="Secret values are read only by the node agents that run Jobs pinning them. Users see the "
         "keys and versions: kubectl get secrets.nodus.dev NAME -o yaml.",
         details={"group": GROUP, "kind": "secrets"},
     )
@@ -61,15 +62,18 @@ def _version(request: Request) -> int | None:
 async def secret_values(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/secrets/{name}/values``."""
     server: APIServer = request.app.state.server
-    principal = authenticate(server, request)
+    principal = await authenticate(server, request)
     namespace, name = request.path_params["namespace"], request.path_params["name"]
     if request.method != "GET":
         raise method_not_allowed(request.method.lower(), _RESOURCE)
     request.scope["state"]["metrics"] = ("get", _RESOURCE)
-    if not principal.is_admin:
-        raise _forbidden(principal, namespace)
     wanted_version = _version(request)
     wanted_uid = request.query_params.get("uid") or None
+    # Only Nodus reads values: administrators, and a node for the versions its active Attempts pin.
+    params = {"uid": wanted_uid or "", "version": str(wanted_version or "")}
+    attrs = Attributes(principal, "get", "secrets", namespace, name, "values", params=params)
+    if not await server.authorizer.system(attrs):
+        raise _forbidden(principal, namespace)
     obj = await server.storage.get(Key(secret.SECRET.kind, namespace, name))
     if obj is None:
         raise not_found("secrets", GROUP, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodus.api.kinds.attempt import ATTEMPT
+from nodus.api.kinds.bootstraptoken import BOOTSTRAP_TOKEN
 from nodus.api.kinds.budget import BUDGET
 from nodus.api.kinds.connection import CONNECTION
 from nodus.api.kinds.job import JOB
@@ -27,4 +28,5 @@ def registry() -> Registry:
     kinds.register(SECRET)
     kinds.register(CONNECTION)
     kinds.register(BUDGET)
+    kinds.register(BOOTSTRAP_TOKEN)
     return kinds

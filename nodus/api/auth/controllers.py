@@ -1,0 +1,63 @@
+"""The controllers' rights: exactly what ``nodus controllers`` uses, and nothing else (ADR 0035).
+
+The controllers authenticate as a member of ``system:nodus:controllers`` (``nodus dev`` gives them a
+token of their own; in production, a token file line or a front-proxy group). The table below is
+every (resource, subresource) they read or write and with which verbs, taken from the controllers'
+code: the Job controller, scheduler, provisioner, node lifecycle, billing, budgets, Secret pins and
+the simulated cloud. What is not in it is refused, notably: writing Projects, Volumes, Connections or
+a Budget's spec, granting credits, and reading Secret values or blob bytes. The simulated cloud's hosts
+never run with the controllers' token: each gets a BootstrapToken bound to its node name.
+
+When a controller needs a new right, it is added here with the reason; a test reads this table
+against what the controllers do in the end-to-end suite (every 403 there is a missing line).
+"""
+
+from __future__ import annotations
+
+from nodus.api.auth.nodes import Attributes, refuse
+
+READ = frozenset({"get", "list", "watch"})
+STATUS = frozenset({"get", "update", "patch"})
+
+# resource -> subresource ("" for the object itself) -> verbs
+RIGHTS: dict[str, dict[str, frozenset[str]]] = {
+    # Finalizers and the requested-action bookkeeping on the Job; deletion after ttlSecondsAfterFinished.
+    "jobs": {"": READ | {"update", "patch", "delete"}, "status": STATUS},
+    # Attempts are the Job controller's children: created, stopped (spec.stop), deleted with their Job.
+    "attempts": {"": READ | {"create", "update", "patch", "delete"}, "status": STATUS},
+    # The provisioner creates Booting Nodes, the lifecycle controller marks them Lost and deletes them.
+    "nodes": {"": READ | {"create", "update", "patch", "delete"}, "status": STATUS},
+    # The simulated cloud publishes its capacity into each Offering's status.
+    "offerings": {"": READ, "status": STATUS},
+    # Leader election.
+    "leases": {"": READ | {"create", "update", "patch"}},
+    # Projects are watched for credit grants (waiting attempts and owed storage charges resume).
+    "projects": {"": READ},
+    # The pinned-versions annotation that keeps a Secret's versions a Job still needs.
+    "secrets": {"": READ | {"patch"}},
+    "volumes": {"": READ},
+    "connections": {"": READ},
+    "budgets": {"": READ, "status": STATUS},
+    # One bootstrap token per simulated host (bound to its node name), deleted once the host is gone.
+    "bootstraptokens": {"": READ | {"create", "delete"}},
+    # The ledger door: holds and charges of attempts, budget and storage state.
+    "ledger": {
+        "holds": frozenset({"get"}),
+        "postings": frozenset({"create"}),
+        "budgets": frozenset({"get"}),
+        "storage": frozenset({"get"}),
+    },
+}
+
+
+def authorize(attrs: Attributes) -> None:
+    """Return when the controllers may do this; raise a 403 Status otherwise."""
+    verbs = RIGHTS.get(attrs.resource, {}).get(attrs.subresource, frozenset())
+    if attrs.verb in verbs:
+        return
+    raise refuse(
+        attrs,
+        "The controllers' identity (group system:nodus:controllers) has only the rights the controllers use; "
+        "an administrator does the rest (group system:masters).",
+        why="not among the controllers' rights",
+    )

@@ -1,10 +1,12 @@
-"""Directory archives: round trips, determinism, streaming, and refusing unsafe archives."""
+"""Directory archives: round trips, determinism, streaming, packing without following links, and refusing
+unsafe or oversized archives member by member (ADR 0031)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import zstandard
 from nodus.agent import archives
 
 
-def make_tree(root: Path) -> Path:
+def make_tree(root: Path, *, link: bool = True) -> Path:
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / "empty").mkdir()
     (root / "a.txt").write_text("alpha\n")
@@ -22,7 +24,8 @@ def make_tree(root: Path) -> Path:
     (root / "sub" / "deeper" / "c.txt").write_text("gamma\n")
     (root / "run.sh").write_text("#!/bin/sh\n")
     (root / "run.sh").chmod(0o755)
-    (root / "link").symlink_to("sub/deeper/c.txt")
+    if link:
+        (root / "link").symlink_to("sub/deeper/c.txt")
     return root
 
 
@@ -43,12 +46,24 @@ def snapshot(root: Path) -> dict[str, tuple[str, str]]:
     return found
 
 
-def test_round_trip_keeps_files_directories_links_and_modes(tmp_path: Path) -> None:
-    tree = make_tree(tmp_path / "tree")
+def test_round_trip_keeps_files_directories_and_modes(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree", link=False)
     sha, size = archives.pack_to_file(tree, tmp_path / "tree.tar.zst")
     assert (sha, size) == archives.digest_file(tmp_path / "tree.tar.zst")
     archives.unpack(tmp_path / "tree.tar.zst", tmp_path / "out", archives.TAR_ZSTD)
     assert snapshot(tmp_path / "out") == snapshot(tree)
+
+
+def test_a_packed_link_stays_a_link_and_is_refused_when_unpacked(tmp_path: Path) -> None:
+    outside = tmp_path / "host-secret"
+    outside.write_text("never packed")
+    tree = make_tree(tmp_path / "tree")
+    (tree / "leak").symlink_to(outside)
+    packed = b"".join(archives.pack(tree))
+    assert b"never packed" not in zstandard.ZstdDecompressor().decompressobj().decompress(packed)
+    (tmp_path / "tree.tar.zst").write_bytes(packed)
+    with pytest.raises(archives.ArchiveError, match=r"'leak'.* symbolic link to .*host-secret"):
+        archives.unpack(tmp_path / "tree.tar.zst", tmp_path / "out", archives.TAR_ZSTD)
 
 
 def test_packing_is_deterministic_and_sorted(tmp_path: Path) -> None:
@@ -134,3 +149,120 @@ def test_garbage_is_an_archive_error(tmp_path: Path) -> None:
     blob.write_bytes(b"this is not zstandard" * 10)
     with pytest.raises(archives.ArchiveError):
         archives.unpack(blob, tmp_path / "out", archives.TAR_ZSTD)
+
+
+def _tar_of(*members: tuple[tarfile.TarInfo, bytes], compress: bool = True) -> bytes:
+    """A tar stream of ``members`` (headers as given, then their data), zstandard-compressed by default."""
+    buffer = io.BytesIO()
+    for info, data in members:
+        buffer.write(info.tobuf(format=tarfile.PAX_FORMAT))
+        buffer.write(data + bytes(-len(data) % tarfile.BLOCKSIZE))
+    buffer.write(bytes(2 * tarfile.BLOCKSIZE))
+    raw = buffer.getvalue()
+    return zstandard.ZstdCompressor().compress(raw) if compress else raw
+
+
+def _file(name: str, data: bytes = b"x", mode: int = 0o644, size: int | None = None) -> tuple[tarfile.TarInfo, bytes]:
+    info = _member(name)
+    info.size, info.mode = len(data) if size is None else size, mode
+    return info, data
+
+
+def _directory(name: str, mode: int = 0o755) -> tuple[tarfile.TarInfo, bytes]:
+    info = _member(name, tarfile.DIRTYPE)
+    info.mode = mode
+    return info, b""
+
+
+def _unpack(tmp_path: Path, blob: bytes, limits: archives.Limits | None = None) -> Path:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "blob").write_bytes(blob)
+    out = tmp_path / "out"
+    archives.unpack(tmp_path / "blob", out, archives.TAR_ZSTD, limits)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("members", "refused"),
+    [
+        pytest.param(
+            [(_member("escape", tarfile.SYMTYPE, "/tmp"), b""), _file("escape/planted")],
+            "'escape': is a symbolic link",
+            id="file-through-symlink",
+        ),
+        pytest.param(
+            [(_member("passwd", tarfile.LNKTYPE, "/etc/passwd"), b"")],
+            "'passwd': is a hard link to '/etc/passwd'",
+            id="hardlink-to-etc-passwd",
+        ),
+        pytest.param([(_member("pipe", tarfile.FIFOTYPE), b"")], "'pipe': is a device, fifo", id="fifo"),
+        pytest.param([(_member("disk", tarfile.BLKTYPE), b"")], "'disk': is a device", id="block-device"),
+        pytest.param(
+            [(_member("a", tarfile.REGTYPE, "/etc/shadow"), b"")], "names a link target", id="file-with-linkname"
+        ),
+        pytest.param([_file("a"), _file("a")], "'a': collides with an earlier member", id="same-name-twice"),
+        pytest.param([_directory("a"), _file("a")], "'a': collides", id="file-over-directory"),
+        pytest.param([_file("a"), _file("a/b")], r"'a/b': collides .*a is not a directory", id="file-as-directory"),
+        pytest.param([_file("a"), _directory("a")], "'a': collides", id="directory-over-file"),
+        pytest.param([_file("./")], "is a file where the destination directory is", id="file-as-destination"),
+    ],
+)
+def test_crafted_members_are_refused_and_nothing_is_written_outside(
+    tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes]], refused: str
+) -> None:
+    with pytest.raises(archives.ArchiveError, match=refused):
+        _unpack(tmp_path, _tar_of(*members))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob", "out"]
+    assert not (Path("/tmp") / "planted").exists()
+
+
+def test_a_link_already_in_the_destination_is_never_followed(tmp_path: Path) -> None:
+    # An agent restarted mid-attempt unpacks again where the program may have left a link.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "data").symlink_to(outside)
+    with pytest.raises(archives.ArchiveError, match=r"'data/x': collides .*data is a symbolic link"):
+        _unpack(tmp_path, _tar_of(_file("data/x")))
+    assert list(outside.iterdir()) == []
+
+
+def test_names_fold_dot_and_empty_components_and_modes_lose_special_bits(tmp_path: Path) -> None:
+    out = _unpack(
+        tmp_path,
+        _tar_of(
+            _directory("./"), _directory("./bin/", 0o7777), _file("./bin//tool", b"#!", 0o6777), _file("ro", mode=0o400)
+        ),
+    )
+    assert (out / "bin" / "tool").read_bytes() == b"#!"
+    assert stat.S_IMODE((out / "bin").stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "bin" / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "ro").stat().st_mode) == 0o600
+
+
+def test_a_huge_declared_size_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(archives.ArchiveError, match=r"'huge' \(2199023255552 bytes\) would take the archive past"):
+        _unpack(tmp_path, _tar_of(_file("huge", b"tiny", size=2 << 40)))
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_bytes_and_entries_are_bounded(tmp_path: Path) -> None:
+    limits = archives.Limits(max_bytes=10, max_entries=3)
+    many = [_file(f"f{i}", b"") for i in range(4)]
+    with pytest.raises(archives.ArchiveError, match="more than 3 members"):
+        _unpack(tmp_path / "many", _tar_of(*many), limits)
+    with pytest.raises(archives.ArchiveError, match="'b' \\(6 bytes\\) would take the archive past 10 bytes"):
+        _unpack(tmp_path / "big", _tar_of(_file("a", b"123456"), _file("b", b"123456")), limits)
+    (tmp_path / "one").write_bytes(b"x" * 11)
+    with pytest.raises(archives.ArchiveError, match="larger than 10 bytes"):
+        archives.unpack(tmp_path / "one", tmp_path / "copy", "application/octet-stream", limits)
+    assert _unpack(tmp_path / "fits", _tar_of(*many[:3]), limits).is_dir()
+
+
+def test_a_single_file_never_replaces_an_existing_name(tmp_path: Path) -> None:
+    (tmp_path / "data").write_bytes(b"new")
+    (tmp_path / "target").write_text("host file")
+    (tmp_path / "input").symlink_to(tmp_path / "target")
+    with pytest.raises(archives.ArchiveError, match="already exists"):
+        archives.unpack(tmp_path / "data", tmp_path / "input", "application/octet-stream")
+    assert (tmp_path / "target").read_text() == "host file"

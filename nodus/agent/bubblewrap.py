@@ -13,6 +13,9 @@ The sandbox (``bwrap``, Debian package ``bubblewrap``)::
                                     what the command finds
     --proc /proc --dev /dev --tmpfs /tmp    private
     --tmpfs <layout root>           hides every attempt's directory (and secrets) from this one
+    --tmpfs <hidden dir>, --ro-bind /dev/null <hidden file>
+                                    the agent's credentials: its work dir (node credential), a join
+                                    token file, a kubeconfig's directory and the files it names
     --ro-bind .../inputs|connections /nodus/..., --bind outputs|state|secrets|scratch
     --bind .../progress /nodus/progress       the progress protocol's file (nodus.agent.progress)
     --tmpfs /nodus/run              sidecars or AllowList only: writable, holds ready/<sidecar> files
@@ -129,7 +132,10 @@ class BubblewrapRuntime:
         if spec.egress.policy == "AllowList":
             try:
                 proxy = await egress.EgressProxy.start(
-                    spec.layout.directory / EGRESS_SOCKET_NAME, spec.egress.allow, spec.egress.presets
+                    spec.layout.directory / EGRESS_SOCKET_NAME,
+                    spec.egress.allow,
+                    spec.egress.presets,
+                    policy=spec.egress.destinations,
                 )
             except (OSError, ValueError) as error:
                 raise runtime.StartFailed(f"the egress proxy could not be started: {error}") from error
@@ -324,8 +330,14 @@ def sandbox_argv(
     if not Path(layout.root).is_relative_to("/tmp"):  # under /tmp it is hidden already
         argv += ["--tmpfs", str(layout.root)]
     for path in spec.hidden:
-        if Path(path).is_dir() and not Path(path).is_relative_to("/tmp"):
+        # Credentials (the agent's work dir, a join token file, a kubeconfig and the files it names):
+        # a directory becomes an empty tmpfs, a file an empty one.
+        if Path(path).is_relative_to("/tmp"):
+            continue
+        if Path(path).is_dir():
             argv += ["--tmpfs", path]
+        elif Path(path).is_file():
+            argv += ["--ro-bind", "/dev/null", path]
     for name in NODUS_DIRECTORIES:
         bind = "--ro-bind" if name in READ_ONLY_DIRECTORIES else "--bind"
         argv += [bind, str(layout.nodus_dir / name), f"{SANDBOX_NODUS_DIR}/{name}"]

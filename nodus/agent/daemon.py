@@ -9,7 +9,13 @@ ended gets a run (one at a time: hosts are dedicated); an attempt with ``spec.st
   replaced elsewhere, so it kills whatever still runs and exits, never running a slot twice;
 * marked ``Terminating`` with a deadline (``nodus.dev/terminate-at``, a preemption notice): it stops
   its attempts before the deadline, reports them ``Lost``/``Preempted`` and exits;
-* ``Failed`` (the host never booted): it exits.
+* ``Failed`` (the host never booted): it exits;
+* deleted, or its credential refused: the host was revoked; it stops everything and exits.
+
+It authenticates with its own node credential (``nodus.agent.identity``), which it renews as it
+runs; the node authorizer lets it read and write only its Node, its Attempts and what they pin. An
+Attempt that disappears while its run goes on (deleted with its finalizers stripped by an
+administrator) is stopped at once: nothing runs that no Attempt accounts for.
 
 SIGTERM or SIGINT to the agent means the host is going away now: the same as a notice with a short
 deadline.
@@ -27,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import nodus
+from nodus.agent import dialing
 from nodus.agent.contract import HostFacts
+from nodus.agent.identity import NodeIdentity
 from nodus.agent.running import AttemptRun
 from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
@@ -57,13 +65,20 @@ class AgentSettings:
     checkpoint_time_scale: float = 1.0
     # Where a gang's other hosts reach this one (its mesh endpoint and, on rank 0, the rendezvous).
     advertise_address: str = "127.0.0.1"
+    # Destinations (ADR 0032): loopback endpoints allowed (tests, nodus dev); endpoints never reached
+    # (HOST[:PORT]; the API server's own address is added at registration).
+    allow_loopback_endpoints: bool = False
+    forbid_addresses: tuple[str, ...] = ()
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings, client: Client, runtime: Runtime) -> None:
+    def __init__(
+        self, settings: AgentSettings, client: Client, runtime: Runtime, identity: NodeIdentity | None = None
+    ) -> None:
         self.settings = settings
         self.client = client
         self.runtime = runtime
+        self.identity = identity
         self.runs: dict[str, AttemptRun] = {}
         self._kick = asyncio.Event()
         self._leaving: str | None = None
@@ -81,6 +96,8 @@ class Agent:
         await self.register(offering)
         async with asyncio.TaskGroup() as tasks:
             watching = [tasks.create_task(self.attempts.run()), tasks.create_task(self.node.run())]
+            if self.identity is not None:
+                watching.append(tasks.create_task(self.identity.rotate_forever(self.client, self._revoked)))
             beating = tasks.create_task(self._heartbeat())
             try:
                 await self.attempts.wait_synced()
@@ -91,9 +108,15 @@ class Agent:
                     task.cancel()
 
     async def register(self, offering: Object) -> None:
-        """Create the Node if nobody did (an agent started by hand) and report it Ready."""
+        """Report the Node Ready (it exists: the provisioner or the credential exchange created it)."""
         name, spec = self.settings.node_name, offering.get("spec") or {}
         gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
+        policy = await asyncio.to_thread(  # resolves the forbidden names: blocking
+            dialing.host_policy,
+            self.settings.allow_loopback_endpoints,
+            self.settings.forbid_addresses,
+            self.client.config.server,
+        )
         self.host = HostFacts(
             name,
             self.settings.offering,
@@ -104,17 +127,12 @@ class Agent:
             mtbi=_mtbi(spec),
             checkpoint_time_scale=self.settings.checkpoint_time_scale,
             mesh_host=self.settings.advertise_address,
+            destinations=policy,
         )
         try:
             node = await self.client.get("nodes", name)
         except errors.NotFound:
-            body = {
-                "apiVersion": "nodus.dev/v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {"nodus.dev/offering": self.settings.offering}},
-                "spec": {"offering": self.settings.offering, "provider": "manual"},
-            }
-            node = await self.client.create("nodes", body)
+            raise SystemExit(f"node {name} does not exist (deleted?); start the agent under a new node name") from None
         if (node.get("spec") or {}).get("offering") != self.settings.offering:
             raise SystemExit(
                 f"node {name} provides offering {node['spec'].get('offering')}, not {self.settings.offering}"
@@ -173,6 +191,9 @@ class Agent:
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
 
+    def _revoked(self, why: str) -> None:
+        self.leave(why, 0)
+
     def leave(self, why: str, grace: float, *, reason: str = "NodeLost") -> None:
         """Stop every run within ``grace`` and exit once they have reported."""
         if self._leaving is None:
@@ -216,8 +237,15 @@ class Agent:
                 _request_stop(run, spec["stop"])
             else:
                 run.withdraw_stop()
-        for uid in [u for u, r in self.runs.items() if r.task is not None and r.task.done()]:
-            if self.attempts.get(self.runs[uid].namespace, self.runs[uid].name) is None:
+        present = {attempt["metadata"]["uid"] for attempt in self.attempts.items()}
+        for uid, run in list(self.runs.items()):
+            if uid in present:
+                continue
+            if run.task is not None and not run.task.done():
+                # Its Attempt is gone (deleted with its finalizers stripped): nothing may run that no Attempt
+                # accounts for, and nobody would bill it.
+                run.request_stop("AttemptDeleted", 0, lost_reason="AttemptDeleted")
+            else:
                 del self.runs[uid]
 
     def _watch_node(self, node: Object) -> None:

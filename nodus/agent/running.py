@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from nodus.agent import checkpointing, collecting, ganging, materializing, meshing, progress
+from nodus.agent import checkpointing, collecting, ganging, materializing, meshing, progress, unpacking
 from nodus.agent.contract import (
     DEFAULT_WORKING_DIR,
     HostFacts,
     egress_of,
     environment,
     masked_values,
+    reach_of,
     scrub,
     sidecars_of,
 )
@@ -170,7 +171,16 @@ class AttemptRun:
         spec = self.attempt.get("spec") or {}
         working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
         prepared = await self._unless_stopped(
-            materializing.prepare(self.client, self.attempt, layout, working_dir, self.host.trust_ca)
+            materializing.prepare(
+                self.client,
+                self.attempt,
+                layout,
+                working_dir,
+                self.host.trust_ca,
+                reach=reach_of(spec, self.host),
+                # User archives are unpacked in a sandbox of their own, hiding what the program's hides.
+                unpacker=unpacking.Unpacker.for_runtime(self.runtime, (str(self.host.work_dir), *self.host.hidden)),
+            )
         )
         if prepared is None:
             return await self._report_stopped_early()
@@ -184,7 +194,7 @@ class AttemptRun:
             # The init command may take long: say the inputs are in place now.
             await self._report(**_inputs_ready(prepared))
         try:
-            policy = checkpointing.Policy.of(spec, lambda path: collecting.host_path(path, layout, prepared))
+            policy = checkpointing.Policy.of(spec, lambda path: collecting.locate(path, layout, prepared))
         except checkpointing.CheckpointError as exc:
             await self._report(phase="Failed", reason=exc.reason, message=str(exc), finishTime=_now())
             return None
@@ -256,7 +266,7 @@ class AttemptRun:
             layout=layout,
             hidden=self.host.hidden,
             mounts=tuple(prepared.mounts),
-            egress=egress_of(spec),
+            egress=egress_of(spec, self.host),
         )
         init = spec.get("initCommand")
         if init and not await self._init(init, base, shipper):
@@ -528,8 +538,10 @@ class AttemptRun:
             try:
                 await self.client.patch("attempts", self.name, patch, self.namespace, subresource="status")
                 return
-            except errors.NotFound:
-                return  # the attempt was deleted with its Job
+            except (errors.NotFound, errors.Forbidden):
+                # Deleted with its Job, or no longer this node's to report (the node authorizer checked the
+                # bound Attempts afresh before refusing): nothing to tell.
+                return
             except Exception as exc:
                 log.warning("reporting %s of %s failed (%s); retrying", changes.get("phase"), self.name, exc)
                 await asyncio.sleep(delay)

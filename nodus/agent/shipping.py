@@ -92,7 +92,8 @@ class LogShipper:
                     content=orjson.dumps({"entries": batch}),
                     headers={"Content-Type": "application/json"},
                 )
-            except errors.NotFound:  # the attempt is gone (its Job was deleted): nobody can read these
+            except (errors.NotFound, errors.Forbidden):  # the attempt is gone (or no longer this node's): nobody
+                # can read these
                 self._buffer.clear()
                 continue
             except Exception as exc:  # the server may be restarting: keep the lines and retry

@@ -15,7 +15,8 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
-from nodus.cli import billing, commands, estimate, processes
+from nodus.apimachinery.units import parse_quantity
+from nodus.cli import billing, commands, estimate, nodes, processes
 from nodus.cli.processes import duration as _duration
 
 
@@ -61,11 +62,71 @@ def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = Tru
         "(nodus dev: <data dir>/blobs; without it those endpoints answer 503)",
     )
     parser.add_argument(
+        "--max-blob-size",
+        type=_bytes,
+        default=64 * 2**30,
+        metavar="QUANTITY",
+        help="the largest blob, output, Volume revision or checkpoint chunk an upload may store (default 64Gi)",
+    )
+    parser.add_argument(
+        "--project-storage-quota",
+        type=_bytes,
+        default=2**40,
+        metavar="QUANTITY",
+        help="the bytes of blobs one project may store, each digest once (default 1Ti)",
+    )
+    parser.add_argument(
+        "--blob-grace-period",
+        type=_duration,
+        default=timedelta(hours=24),
+        help="how long a blob nothing names is kept before it is deleted; longer than any upload takes "
+        "(default 24h)",
+    )
+    parser.add_argument(
+        "--blob-collection-interval",
+        type=_duration,
+        default=timedelta(minutes=1),
+        help="how often unreferenced blobs are collected and projects' storage hours charged (default 1m)",
+    )
+    if funded_window:  # nodus dev: the controllers' flag of that name serves both
+        parser.add_argument(
+            "--storage-charge-interval",
+            type=_duration,
+            default=timedelta(hours=1),
+            help="how long one billed hour of a project's stored bytes lasts; for tests only (default 1h, "
+            "billed as an hour always)",
+        )
+    parser.add_argument(
         "--price-book",
         type=Path,
         metavar="FILE",
         help="the price book the stored Offerings are made equal to at start (default: the one shipped with Nodus)",
     )
+    parser.add_argument(
+        "--allow-loopback-endpoints",
+        action="store_true",
+        help="accept Jobs and Connections naming this host's loopback (tests; nodus dev always does); the server's "
+        "own and --forbid-address endpoints stay refused",
+    )
+    parser.add_argument(
+        "--forbid-address",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="an endpoint Jobs and Connections may never name (repeatable); the server's database and listening "
+        "address always are",
+    )
+
+
+def _bytes(text: str) -> int:
+    """A positive whole number of bytes, written as a quantity (``64Gi``, ``1Ti``, ``500``)."""
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if value < 1 or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number of bytes")
+    return int(value)
 
 
 def _terminate(signum: int, _: FrameType | None) -> None:
@@ -118,6 +179,12 @@ def parser() -> argparse.ArgumentParser:
     agent = commands_.add_parser("agent", help="run a node agent: register a Node and run the Attempts bound to it")
     processes.add_agent_flags(agent)
     agent.set_defaults(run="processes:agent")
+
+    nodes_cmd = commands_.add_parser("nodes", help="hosts: create a join token for one (administrators)")
+    nodes_commands = nodes_cmd.add_subparsers(dest="nodes_command", required=True)
+    join = nodes_commands.add_parser("join-token", help="print a bootstrap token a host joins with")
+    nodes.add_join_token_flags(join)
+    join.set_defaults(run="nodes:join_token")
 
     logs = commands_.add_parser("logs", help="print the logs of a Job's attempt (like kubectl logs)")
     commands.add_logs_flags(logs)

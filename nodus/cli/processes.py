@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from nodus.apimachinery.units import parse_duration
 
 if TYPE_CHECKING:
+    from nodus.client import ClientConfig
     from nodus.controllers.assembly import ControllerSettings
 
 log = logging.getLogger("nodus")
@@ -105,6 +106,18 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         "--sim-agent-trust-ca", type=Path, help="a CA certificate file simulated agents trust (see agent --trust-ca)"
     )
     parser.add_argument(
+        "--sim-agent-allow-loopback-endpoints",
+        action="store_true",
+        help="simulated agents' --allow-loopback-endpoints (tests: their inputs and sinks are on this machine)",
+    )
+    parser.add_argument(
+        "--sim-agent-forbid-address",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="simulated agents' --forbid-address (repeatable), such as the control plane's database",
+    )
+    parser.add_argument(
         "--sim-checkpoint-time-scale",
         type=float,
         default=1.0,
@@ -145,10 +158,13 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
             capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
             agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
+            agent_allow_loopback_endpoints=args.sim_agent_allow_loopback_endpoints,
+            agent_forbid_addresses=tuple(args.sim_agent_forbid_address),
             checkpoint_time_scale=args.sim_checkpoint_time_scale,
             assembly_time_scale=args.sim_assembly_time_scale,
             boot_hangs=frozenset(args.sim_boot_hangs),
         )
+        check_endpoints("--sim-agent-forbid-address", sim.agent_forbid_addresses)
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
     settings = ControllerSettings(
@@ -166,6 +182,17 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
     if args.identity:
         settings.identity = args.identity
     return settings
+
+
+def check_endpoints(flag: str, texts: tuple[str, ...] | list[str]) -> None:
+    """Exit with a message naming ``flag`` unless every entry is ``HOST[:PORT]``."""
+    from nodus.apimachinery.destinations import Endpoint
+
+    for text in texts:
+        try:
+            Endpoint.parse(text)
+        except ValueError as exc:
+            raise SystemExit(f"{flag}: {exc}") from None
 
 
 def _pair(text: str) -> tuple[str, timedelta]:
@@ -190,7 +217,14 @@ def controllers(args: argparse.Namespace) -> None:
 
 
 def add_agent_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="the API server and credentials (default: $KUBECONFIG)")
+    parser.add_argument("--server", help="the API server's URL (or take it from --kubeconfig)")
+    parser.add_argument("--certificate-authority", type=Path, help="the CA file that signs the API server")
+    parser.add_argument(
+        "--kubeconfig",
+        help="take the server and CA from this kubeconfig (default: $KUBECONFIG); never its user credentials",
+    )
+    parser.add_argument("--join-token", help="a bootstrap token (ID.SECRET) to exchange for this node's credential")
+    parser.add_argument("--join-token-file", type=Path, help="a file holding the bootstrap token")
     parser.add_argument("--node-name", required=True, help="the Node this agent registers and runs")
     parser.add_argument("--offering", required=True, help="the offering id this host provides")
     parser.add_argument("--gpus", type=int, help="GPUs visible to programs (default: the offering's count)")
@@ -220,6 +254,20 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="the address a gang's other hosts reach this one at (default: this host name's address)",
     )
     parser.add_argument(
+        "--allow-loopback-endpoints",
+        action="store_true",
+        help="let inputs, sources, S3 endpoints and sinks be on this host's loopback (tests, nodus dev); the API "
+        "server's and --forbid-address endpoints stay refused",
+    )
+    parser.add_argument(
+        "--forbid-address",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="an endpoint Jobs must never make the agent reach (repeatable), such as the control plane's database; "
+        "the API server's own address always is",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -229,9 +277,12 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def agent(args: argparse.Namespace) -> None:
+    import httpx
+
     from nodus.agent import runtime as runtimes
     from nodus.agent.daemon import Agent, AgentSettings
-    from nodus.client import Client, ClientConfig
+    from nodus.agent.identity import IdentityError, NodeIdentity
+    from nodus.client import Client, errors
 
     try:
         chosen = runtimes.select_runtime(args.runtime)
@@ -246,22 +297,58 @@ def agent(args: argparse.Namespace) -> None:
         trust_ca=str(args.trust_ca.resolve()) if args.trust_ca else None,
         checkpoint_time_scale=args.checkpoint_time_scale,
         advertise_address=args.advertise_address or socket.gethostbyname(socket.gethostname()),
+        allow_loopback_endpoints=args.allow_loopback_endpoints,
+        forbid_addresses=tuple(args.forbid_address),
     )
+    check_endpoints("nodus agent: --forbid-address", settings.forbid_addresses)
     if not 0 < settings.checkpoint_time_scale <= 1000:
         raise SystemExit("nodus agent: --checkpoint-time-scale must be above 0")
-    config_path = kubeconfig_path(args)
-    settings.hidden = (str(config_path.resolve().parent), *(str(Path(d).resolve()) for d in args.hide))
-    config = ClientConfig.from_kubeconfig(config_path)
+    server, hidden = _agent_server(args)
+    settings.hidden = (
+        str(settings.work_dir),  # the node credential lives there (identity/), and every attempt's files
+        *hidden,
+        *(str(Path(d).resolve()) for d in args.hide),
+    )
+    join_token = args.join_token
+    if args.join_token_file:
+        join_token = args.join_token_file.read_text().strip()
+    identity = NodeIdentity(server, args.node_name, args.offering, settings.work_dir, join_token)
 
     async def main() -> None:
-        async with Client(config, user_agent=f"nodus-agent/{args.node_name}") as client:
-            node_agent = Agent(settings, client, chosen)
+        try:
+            await identity.obtain()
+        except (IdentityError, errors.APIError, httpx.HTTPError) as exc:
+            raise SystemExit(f"nodus agent: {exc}") from None
+        async with Client(identity.config(), user_agent=f"nodus-agent/{args.node_name}") as client:
+            node_agent = Agent(settings, client, chosen, identity)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, node_agent.leave, f"signal {signum}", settings.shutdown_grace)
             await node_agent.run()
 
     asyncio.run(main())
+
+
+def _agent_server(args: argparse.Namespace) -> tuple[ClientConfig, list[str]]:
+    """The API server's address and CA, and the host paths they came from (which sandboxes must not see:
+    a kubeconfig may sit beside credentials, and it names token and key files)."""
+    from nodus.client import ClientConfig
+
+    hidden: list[str] = []
+    path = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        config = ClientConfig.from_kubeconfig(path)
+        hidden.append(str(Path(path).resolve().parent))
+        hidden += [str(Path(f).resolve()) for f in config.referenced_files()]
+        if config.token or config.cert_file:
+            log.warning("nodus agent: the kubeconfig's user credentials are ignored; the agent uses its own")
+    elif not args.server:
+        raise SystemExit("nodus agent: name the API server with --server URL (or --kubeconfig FILE)")
+    server = args.server or config.server
+    ca = str(args.certificate_authority.resolve()) if args.certificate_authority else (config.ca_file if path else None)
+    if args.join_token_file:
+        hidden.append(str(args.join_token_file.resolve()))
+    return ClientConfig(server=server.rstrip("/"), ca_file=ca), hidden
 
 
 def _run_until_signalled(main: Coroutine[Any, Any, None]) -> None:

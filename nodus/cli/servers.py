@@ -15,9 +15,11 @@ from collections.abc import Coroutine
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvloop
 
+from nodus.api.auth.principal import CONTROLLERS_GROUP
 from nodus.api.auth.requestheader import RequestHeaderConfig
 from nodus.api.server import APIServer
 from nodus.api.settings import ServerSettings
@@ -46,8 +48,29 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         price_book=args.price_book,
         blob_store=args.blob_store,
         funded_window=args.funded_window,
+        max_blob_size=args.max_blob_size,
+        project_storage_quota=args.project_storage_quota,
+        blob_grace_period=args.blob_grace_period,
+        blob_collection_interval=args.blob_collection_interval,
+        storage_charge_interval=args.storage_charge_interval,
+        allow_loopback_endpoints=args.allow_loopback_endpoints,
+        forbid_addresses=(*args.forbid_address, _listening(args)),
         **extra,  # type: ignore[arg-type]
     )
+
+
+def _listening(args: argparse.Namespace) -> str:
+    """The API server's listening endpoint as HOST:PORT (all addresses: ``0.0.0.0``)."""
+    host = args.host or "0.0.0.0"
+    return f"[{host}]:{args.port}" if ":" in host else f"{host}:{args.port}"
+
+
+def _database_endpoint(url: str) -> list[str]:
+    """The database's HOST:PORT when it is reached over TCP (a unix socket is refused anyway)."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return []
+    return [f"[{parts.hostname}]:{parts.port or 5432}"]
 
 
 # What nodus dev grants project "default" once, so that a new user can run Jobs at once.
@@ -55,12 +78,28 @@ DEV_CREDITS = Decimal("100")
 
 
 def _dev_tokens(path: Path) -> Path:
+    """The data dir's token file: an administrator (for people) and the controllers' own identity (ADR 0035);
+    a file from an earlier version without the controllers' line gets it appended."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(f'{secrets.token_urlsafe(32)},admin,admin,"system:masters"\n')
+    if _group_token(path, CONTROLLERS_GROUP) is None:
+        with path.open("a") as handle:
+            handle.write(f'{secrets.token_urlsafe(32)},nodus-controllers,nodus-controllers,"{CONTROLLERS_GROUP}"\n')
     return path
+
+
+def _group_token(path: Path, group: str) -> str | None:
+    """The token of the first line of a token file whose groups include ``group``."""
+    with path.open(newline="") as handle:
+        for row in csv.reader(handle):
+            if not row or row[0].lstrip().startswith("#") or len(row) < 4:
+                continue
+            if group in [g.strip() for g in row[3].split(",")]:
+                return row[0].strip()
+    return None
 
 
 def _dev_secret_keys(path: Path) -> Path:
@@ -98,6 +137,10 @@ def dev(args: argparse.Namespace) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     embedded: database.EmbeddedPostgres | None = None
     url = _database_url(args)
+    processes.check_endpoints("--forbid-address", args.forbid_address)
+    # nodus dev's hosts are this machine: Jobs' inputs and sinks may be on its loopback, never on the control
+    # plane's own endpoints (its database and API server, ADR 0032).
+    args.allow_loopback_endpoints = True
     try:
         if not url:
             embedded = database.EmbeddedPostgres(data_dir / "postgres")
@@ -109,6 +152,18 @@ def dev(args: argparse.Namespace) -> None:
         server_url = f"https://{client_host}:{args.port}"
         config = data_dir / "kubeconfig"
         kubeconfig.write(config, server_url, files.ca_cert, _admin_token(token_file))
+        # The controllers run as themselves, not as the administrator (their own kubeconfig, same directory).
+        controllers_config = data_dir / "controllers.kubeconfig"
+        controllers_token = _group_token(token_file, CONTROLLERS_GROUP)
+        if controllers_token is None:
+            log.warning("%s has no %s token: the controllers run as the administrator", token_file, CONTROLLERS_GROUP)
+        kubeconfig.write(
+            controllers_config,
+            server_url,
+            files.ca_cert,
+            controllers_token or _admin_token(token_file),
+            user="nodus-controllers",
+        )
         key_file = args.secret_key_file or _dev_secret_keys(data_dir / "secret-keys")
         if not args.blob_store:
             args.blob_store = str(data_dir / "blobs")
@@ -117,7 +172,9 @@ def dev(args: argparse.Namespace) -> None:
             secret_key_file=key_file,
         )
         listener = Listener(args.host, args.port, files.cert, files.key)
-        controllers = processes.controller_settings(args, config, data_dir)
+        args.sim_agent_allow_loopback_endpoints = True
+        args.sim_agent_forbid_address += [*args.forbid_address, _listening(args), *_database_endpoint(url)]
+        controllers = processes.controller_settings(args, controllers_config, data_dir)
         if not args.identity:
             # One identity per data directory: a restarted `nodus dev` renews its own Lease at once
             # instead of waiting for the previous run's (which may have been killed) to expire.
@@ -164,6 +221,7 @@ def apiserver(args: argparse.Namespace) -> None:
         raise SystemExit("--tls-cert-file and --tls-private-key-file go together")
     if args.migrate:
         database.migrate(url)
+    processes.check_endpoints("--forbid-address", args.forbid_address)
     requestheader = None
     if args.requestheader_client_ca_file:
         if not args.tls_cert_file:

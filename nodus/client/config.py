@@ -34,6 +34,13 @@ class ClientConfig:
     cert_file: str | None = None
     key_file: str | None = None
     namespace: str | None = None
+    # The files the kubeconfig's user section names (tokenFile, client certificate and key): secrets
+    # that whoever hides credentials must hide too.
+    user_files: tuple[str, ...] = ()
+
+    def referenced_files(self) -> tuple[str, ...]:
+        """Every credential file this configuration was read from (not the CA: it is public)."""
+        return self.user_files
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path, context: str | None = None) -> ClientConfig:
@@ -58,6 +65,9 @@ class ClientConfig:
             raise ValueError(f"{path}: cluster {ctx.get('cluster')!r} has no server")
         base = path.parent
         token = user.get("token")
+        user_files = [
+            str(_resolve(base, str(user[k]))) for k in ("tokenFile", "client-certificate", "client-key") if user.get(k)
+        ]
         if not token and user.get("tokenFile"):
             token = _resolve(base, user["tokenFile"]).read_text().strip()
         return cls(
@@ -67,6 +77,7 @@ class ClientConfig:
             cert_file=_file(base, user, "client-certificate", "client.crt"),
             key_file=_file(base, user, "client-key", "client.key"),
             namespace=ctx.get("namespace") or None,
+            user_files=tuple(user_files),
         )
 
     def ssl_context(self) -> ssl.SSLContext:

@@ -12,7 +12,7 @@ cluster-scoped kinds (``projects``, ``nodes``, ``leases``) or to list and watch 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
@@ -43,6 +43,19 @@ def path(plural: str, namespace: str | None = None, name: str | None = None, sub
     return "/".join(parts)
 
 
+class _Bearer(httpx.Auth):
+    """The bearer token of every request, read when the request is sent: a node agent's credential rotates
+    while its watches and uploads go on (:meth:`Client.set_token`)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self.token:
+            request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
 class Client:
     """An async API client; use as ``async with Client(config) as client:`` or call :meth:`aclose`.
 
@@ -60,15 +73,19 @@ class Client:
         self.config = config
         self._timeout = timeout
         headers = {"User-Agent": user_agent, "Accept": _JSON}
-        if config.token:
-            headers["Authorization"] = f"Bearer {config.token}"
+        self._auth = _Bearer(config.token)
         self._http = httpx.AsyncClient(
             base_url=config.server,
             headers=headers,
+            auth=self._auth,
             verify=config.ssl_context() if config.server.startswith("https:") else True,
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+
+    def set_token(self, token: str) -> None:
+        """Send ``token`` from the next request on (requests already sent keep the one they had)."""
+        self._auth.token = token
 
     async def __aenter__(self) -> Client:
         return self

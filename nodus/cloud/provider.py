@@ -25,8 +25,10 @@ class Provider(Protocol):
     def is_up(self, node_name: str) -> bool:
         """Whether the provider has a host (booting or running) for this Node."""
 
-    async def boot(self, node: Object, offering: Object) -> None:
-        """Start bringing up the host for ``node``; returns at once. Idempotent."""
+    async def boot(self, node: Object, offering: Object, join_token: str) -> None:
+        """Start bringing up the host for ``node``; returns at once. Idempotent. ``join_token`` is a bootstrap
+        token bound to the node's name: the host's agent exchanges it for its own node credential (as a
+        cloud passes one in a VM's user data), so no host ever holds the controllers' credentials."""
 
     async def terminate(self, node_name: str, grace_seconds: float) -> None:
         """Take the host down: its agent gets ``grace_seconds`` to stop, then the host is gone. Idempotent."""

@@ -1,8 +1,11 @@
 """The simulated cloud: every host is a real ``nodus agent`` process on this machine.
 
 Booting an offering waits its boot time (the offering's cold-boot median, scaled, or a fixed time
-for tests) and then starts ``nodus agent --node-name N --offering ID --gpus G``, which registers
-the Node and runs what is bound to it. The agent is started in its own session, so that the host
+for tests) and then starts ``nodus agent --node-name N --offering ID --gpus G --join-token-file F``,
+which exchanges the host's bootstrap token for its node credential, registers the Node and runs what
+is bound to it. The agent gets the API server's address and CA from the controllers' kubeconfig, never
+its credentials, and hides that kubeconfig's directory from its sandboxes (in ``nodus dev`` it holds
+the administrator's token and the secret keys). The agent is started in its own session, so that the host
 outlives a controller restart (a new leader adopts it by the pid recorded on the Node) and so that
 killing the session kills the host and everything it runs, as losing a machine does.
 
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.client import ClientConfig
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.cloud.sim")
@@ -52,6 +56,10 @@ class SimulatedCloudConfig:
     heartbeat_interval: timedelta = timedelta(seconds=2)
     # Extra CA certificates agents trust for inputs and sources (a private HTTPS server in tests).
     agent_trust_ca: Path | None = None
+    # Agents' destination flags (ADR 0032): loopback endpoints allowed (tests, nodus dev), and the
+    # control plane's endpoints (its database) forbidden.
+    agent_allow_loopback_endpoints: bool = False
+    agent_forbid_addresses: tuple[str, ...] = ()
     checkpoint_time_scale: float = 1.0
     # Gang startupTimeouts are multiplied by this (tests: 0.02 turns the 5m minimum into 6s).
     assembly_time_scale: float = 1.0
@@ -107,13 +115,13 @@ class SimulatedCloud:
         host = self._hosts.get(node_name)
         return host.pid if host else None
 
-    async def boot(self, node: Object, offering: Object) -> None:
+    async def boot(self, node: Object, offering: Object, join_token: str) -> None:
         name = node["metadata"]["name"]
         if name in self._hosts:
             return
         host = _Host()
         self._hosts[name] = host
-        host.boot = asyncio.create_task(self._boot(name, offering, host), name=f"boot {name}")
+        host.boot = asyncio.create_task(self._boot(name, offering, host, join_token), name=f"boot {name}")
 
     def boot_delay(self, offering: Object) -> float:
         override = self.config.boot_time_overrides.get(offering["metadata"]["name"])
@@ -124,7 +132,7 @@ class SimulatedCloud:
         p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"
         return units.parse_duration(p50).total_seconds() * self.config.boot_scale
 
-    async def _boot(self, name: str, offering: Object, host: _Host) -> None:
+    async def _boot(self, name: str, offering: Object, host: _Host, join_token: str) -> None:
         await asyncio.sleep(self.boot_delay(offering))
         if offering["metadata"]["name"] in self.config.boot_hangs:
             log.warning("simulated cloud: node %s booted but its agent never starts (--sim-boot-hangs)", name)
@@ -132,13 +140,21 @@ class SimulatedCloud:
         spec = offering.get("spec") or {}
         work = self.config.work_dir / name
         work.mkdir(parents=True, exist_ok=True)
+        server = ClientConfig.from_kubeconfig(self.config.kubeconfig)
+        token_file = work / "join-token"
+        _write_private(token_file, join_token.encode())
         command = [
             sys.executable,
             "-m",
             "nodus",
             "agent",
-            "--kubeconfig",
-            str(self.config.kubeconfig),
+            "--server",
+            server.server,
+            *(["--certificate-authority", _copy_ca(server.ca_file, work)] if server.ca_file else []),
+            "--join-token-file",
+            str(token_file),
+            "--hide",
+            str(self.config.kubeconfig.parent),
             "--node-name",
             name,
             "--offering",
@@ -158,6 +174,10 @@ class SimulatedCloud:
         ]
         if self.config.agent_trust_ca is not None:
             command += ["--trust-ca", str(self.config.agent_trust_ca)]
+        if self.config.agent_allow_loopback_endpoints:
+            command.append("--allow-loopback-endpoints")
+        for address in self.config.agent_forbid_addresses:
+            command += ["--forbid-address", address]
         if self.config.checkpoint_time_scale != 1.0:
             command += ["--checkpoint-time-scale", repr(self.config.checkpoint_time_scale)]
         with (work / "agent.log").open("ab") as output:
@@ -212,6 +232,21 @@ class SimulatedCloud:
     async def close(self) -> None:
         """Take every host down (``nodus dev`` stopping): agents get a short grace to report."""
         await asyncio.gather(*(self.terminate(name, 5.0) for name in list(self._hosts)))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a file only its owner may read (replacing any file there, never through a link)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _copy_ca(ca_file: str, work: Path) -> str:
+    """The CA beside the host's files: a kubeconfig's embedded CA lives in a directory the controller removes."""
+    target = work / "ca.crt"
+    target.write_bytes(Path(ca_file).read_bytes())
+    return str(target)
 
 
 def _alive(pid: int) -> bool:

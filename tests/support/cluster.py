@@ -1,8 +1,8 @@
 """A real ``nodus apiserver`` process for end-to-end tests, with TLS and a token file of users.
 
-Users: ``admin`` (system:masters) and ``alice``, ``bob``, ``carol``, ``dave`` (plain users whose
-rights come only from Project membership). Each user gets a kubeconfig for kubectl and the
-kubernetes client.
+Users: ``admin`` (system:masters), ``controllers`` (the controllers' own identity, group
+system:nodus:controllers) and ``alice``, ``bob``, ``carol``, ``dave`` (plain users whose rights come
+only from Project membership). Each user gets a kubeconfig for kubectl and the kubernetes client.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import httpx
 from nodus.cli import certificates, kubeconfig
 from nodus.storage import database
 
-USERS = ("admin", "alice", "bob", "carol", "dave")
+USERS = ("admin", "controllers", "alice", "bob", "carol", "dave")
+GROUPS = {"admin": "system:masters", "controllers": "system:nodus:controllers"}
 
 
 def free_port() -> int:
@@ -93,10 +94,7 @@ def start(directory: Path, database_url: str, extra_args: tuple[str, ...] = (), 
     tokens = {user: secrets.token_urlsafe(24) for user in USERS}
     token_file = directory / "tokens.csv"
     token_file.write_text(
-        "".join(
-            f'{token},{user},{user}-uid,"{"system:masters" if user == "admin" else "developers"}"\n'
-            for user, token in tokens.items()
-        )
+        "".join(f'{token},{user},{user}-uid,"{GROUPS.get(user, "developers")}"\n' for user, token in tokens.items())
     )
     port = free_port()
     log_file = directory / "apiserver.log"

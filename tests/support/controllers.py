@@ -93,7 +93,7 @@ def start(cluster: Cluster, directory: Path, identity: str, extra_args: tuple[st
         "nodus",
         "controllers",
         "--kubeconfig",
-        str(cluster.kubeconfig("admin")),
+        str(cluster.kubeconfig("controllers")),
         "--identity",
         identity,
         "--sim-work-dir",

@@ -22,6 +22,7 @@ from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.cloud.simulated import PID_ANNOTATION, SimulatedCloud
 from nodus.controllers.jobs.slots import TERMINAL
+from nodus.controllers.nodes import jointokens
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 from nodus.controllers.runtime.informers import Informer
 from nodus.controllers.runtime.manager import Result
@@ -51,11 +52,14 @@ class Hosts:
         self._nodes = nodes
         self._offerings = offerings
         self._attempts = attempts
+        # Nodes whose join token this process has deleted (it is also deleted with the Node).
+        self._registered: set[str] = set()
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         name = key[1]
         node = self._nodes.get(None, name)
         if node is None:
+            self._registered.discard(name)
             await self._provider.terminate(name, 0)
             return None
         if (node.get("spec") or {}).get("provider") != self._provider.name:
@@ -72,8 +76,12 @@ class Hosts:
             if offering is None:
                 await self._set_status(node, "Failed", "BootFailed", f"Offering {node['spec']['offering']} is gone.")
                 return None
-            await self._provider.boot(node, offering)
+            await self._provider.boot(node, offering, await jointokens.issue(self._client, node))
             return None
+        if phase == "Ready" and name not in self._registered:
+            # The agent has its own credential now: its join token is of no more use to anyone.
+            await jointokens.revoke(self._client, node)
+            self._registered.add(name)
         if phase == "Ready" and not self._provider.is_up(name):
             self._provider.adopt(node)
         if phase == "Ready" and self._provider.pid(name) is not None and _pid(node) != self._provider.pid(name):

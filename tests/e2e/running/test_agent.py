@@ -1,4 +1,4 @@
-"""``nodus agent`` started by hand: it registers its own Node, heartbeats, and runs what lands on it."""
+"""``nodus agent`` started by hand: it joins with a bootstrap token, heartbeats, and runs what lands on it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,16 @@ pytestmark = pytest.mark.e2e
 OFFERING = "cpu-32c-eu"
 
 
+def join_token(running: Running, node_name: str | None = None, ttl: str = "10m") -> str:
+    """A bootstrap token made with ``nodus nodes join-token`` as the administrator."""
+    command = [sys.executable, "-m", "nodus", "nodes", "join-token", "--ttl", ttl]
+    command += ["--kubeconfig", str(running.cluster.kubeconfig("admin"))]
+    if node_name:
+        command += ["--node-name", node_name]
+    printed = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return printed.splitlines()[0].strip()
+
+
 def test_an_agent_started_by_hand_registers_and_runs_a_job(running: Running) -> None:
     work = running.directory / "manual-agent"
     log = (running.directory / "manual-agent.log").open("wb")
@@ -26,8 +36,12 @@ def test_an_agent_started_by_hand_registers_and_runs_a_job(running: Running) -> 
             "-m",
             "nodus",
             "agent",
-            "--kubeconfig",
-            str(running.cluster.kubeconfig("admin")),
+            "--server",
+            running.cluster.url,
+            "--certificate-authority",
+            str(running.cluster.ca_file),
+            "--join-token",
+            join_token(running),
             "--node-name",
             "by-hand-1",
             "--offering",

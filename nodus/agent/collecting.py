@@ -141,7 +141,9 @@ async def _load(sink: Object, source: Path, connections: dict[str, Object], prep
     if await asyncio.to_thread(source.is_dir):
         return {"phase": "Failed", "message": "A sink loads a file (CSV, JSON lines or Parquet), not a directory."}
     try:
-        rows = await sinks.load(dsn.decode("utf-8"), str(sink["table"]), source, sink.get("mode") or "Append")
+        rows = await sinks.load(
+            dsn.decode("utf-8"), str(sink["table"]), source, sink.get("mode") or "Append", policy=prepared.reach
+        )
     except sinks.SinkError as exc:
         return {"phase": "Failed", "message": str(exc)}
     return {"phase": "Loaded", "rows": rows}

@@ -3,7 +3,8 @@
 * The environment contract (:func:`environment`): the Job's literal ``env``, then Nodus's variables, which win
   (``NODUS_INDEX``, ``JOB_COMPLETION_INDEX``, the attempt and node, the visible GPUs); a gang rank's launcher adds
   its own (``nodus.agent.launchers``), the checkpoint and progress protocols theirs.
-* The runtime's egress (:func:`egress_of`) and sidecars (:func:`sidecars_of`) from the pinned spec.
+* The runtime's egress (:func:`egress_of`) and sidecars (:func:`sidecars_of`) from the pinned spec, and what
+  the agent itself may reach on the attempt's behalf (:func:`reach_of`, ADR 0032).
 * Secret values never leave the host: :func:`masked_values` lists what log shipping masks, and :func:`scrub`
   bounds a line for ``status.message``.
 """
@@ -11,13 +12,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from nodus.agent.runtime import Egress, Sidecar
-from nodus.apimachinery import units
+from nodus.apimachinery import destinations, units
 
 Object = dict[str, Any]
 
@@ -42,6 +43,8 @@ class HostFacts:
     checkpoint_time_scale: float = 1.0
     # The address a gang's peers reach this host's mesh endpoint and rendezvous at.
     mesh_host: str = "127.0.0.1"
+    # What the agent may connect to for a Job (inputs, sources, S3, sinks, the egress proxy's upstreams).
+    destinations: destinations.Policy = field(default_factory=destinations.Policy)
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
@@ -69,13 +72,23 @@ def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
     return env
 
 
-def egress_of(spec: Object) -> Egress:
+def egress_of(spec: Object, host: HostFacts) -> Egress:
     """The runtime's egress from the attempt's ``network.egress`` (Open when unset)."""
     egress = (spec.get("network") or {}).get("egress") or {}
     return Egress(
         policy=egress.get("policy") or "Open",
         allow=tuple(egress.get("allow") or ()),
         presets=tuple(egress.get("presets") or ()),
+        destinations=host.destinations,
+    )
+
+
+def reach_of(spec: Object, host: HostFacts) -> destinations.Policy:
+    """What the agent may connect to on the attempt's behalf: the host's policy narrowed to the Job's
+    egress, which governs the agent's fetches as it governs the program (ADR 0032)."""
+    egress = (spec.get("network") or {}).get("egress") or {}
+    return host.destinations.with_egress(
+        str(egress.get("policy") or "Open"), egress.get("allow") or (), egress.get("presets") or ()
     )
 
 

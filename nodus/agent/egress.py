@@ -13,36 +13,37 @@ The proxy speaks the two forms of HTTP/1.1 proxying that clients use:
   origin form with ``Connection: close``, then both directions are relayed. One request per client
   connection: a client that keeps the connection alive sees it closed and opens another.
 
-A host is let through when :func:`allowed` says so; the name is resolved on the agent's host, after
-the check. Anything else gets ``403 Forbidden`` with a one-line body that names the host and the fix,
-and the agent logs the refusal at INFO. The check is by name only, on purpose: the program never
-resolves names itself (it has no DNS), so the name it asks for is the name that is checked.
+A host is let through when :func:`allowed` says so, by name: the program never resolves names itself
+(it has no DNS), so the name it asks for is the name that is checked. The name is then resolved on
+the agent's host and every address checked against the agent's destination policy (ADR 0032): an
+allowed name that resolves to loopback, link-local (the metadata service) or the control plane is
+refused too, and the connection goes to the checked address (``nodus.agent.dialing``), never to a
+second resolution. A refusal is ``403 Forbidden`` with a one-line body that names the host, why and
+the fix, and the agent logs it at INFO.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
-import re
 import socket
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from nodus.agent import dialing
+from nodus.apimachinery import allowlists, destinations
+
 logger = logging.getLogger(__name__)
 
-# Named host lists a Job can ask for instead of spelling the hosts out (spec.network.egress.presets).
-PRESETS: dict[str, tuple[str, ...]] = {
-    "python-packages": ("pypi.org", "files.pythonhosted.org", "*.pythonhosted.org"),
-    "huggingface": ("huggingface.co", "*.huggingface.co", "*.hf.co", "cdn-lfs.huggingface.co"),
-    "github": ("github.com", "*.github.com", "*.githubusercontent.com"),
-    "conda": ("conda.anaconda.org", "repo.anaconda.com"),
-    "apt": ("deb.debian.org", "security.debian.org", "archive.ubuntu.com", "security.ubuntu.com"),
-}
-PRESET_NAMES = frozenset(PRESETS)
+# The host rule is shared with the API server, which checks a Job's URL inputs and git source with it.
+PRESETS = allowlists.PRESETS
+PRESET_NAMES = allowlists.PRESET_NAMES
+allowed = allowlists.allowed
+is_valid_pattern = allowlists.is_valid_pattern
+expand = allowlists.expand
 
 # Where the program finds the proxy: the supervisor's forwarder inside the sandbox.
 PROXY_PORT = 3128
@@ -60,72 +61,35 @@ _MAX_HEAD_BYTES = 64 * 1024
 _CHUNK_BYTES = 64 * 1024
 # A unix socket address is at most 108 bytes; longer paths are bound through the directory's fd.
 _MAX_SOCKET_PATH_BYTES = 100
-_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
 # Request headers that concern the hop to the proxy, not the request itself.
 _HOP_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te"})
-
-
-def allowed(host: str, allow: Iterable[str]) -> bool:
-    """Whether ``host`` matches an entry of ``allow``: the same name, or below a ``*.suffix`` pattern.
-
-    Case-insensitive, a trailing dot ignored; ``*.example.com`` matches ``a.example.com`` and
-    ``a.b.example.com`` but not ``example.com``. Pure.
-    """
-    name = _normal(host)
-    if not name:
-        return False
-    for entry in allow:
-        pattern = _normal(entry)
-        if pattern.startswith("*."):
-            suffix = pattern[1:]
-            prefix = name[: -len(suffix)]
-            if name.endswith(suffix) and prefix and not prefix.startswith(".") and not prefix.endswith("."):
-                return True
-        elif name == pattern:
-            return True
-    return False
-
-
-def is_valid_pattern(entry: str) -> bool:
-    """Whether ``entry`` can be an allow entry: a host name, an IP address or ``*.`` and a host name."""
-    name = _normal(entry)
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(name)
-        return True
-    labels = name.removeprefix("*.").split(".")
-    return all(_LABEL.fullmatch(label) for label in labels) and len(name) <= 253
-
-
-def expand(allow: Iterable[str], presets: Iterable[str]) -> tuple[str, ...]:
-    """The allow entries with the presets' hosts added; ValueError names an unknown preset."""
-    entries = list(allow)
-    for name in presets:
-        if name not in PRESETS:
-            raise ValueError(f"unknown egress preset {name!r}: use one of {', '.join(sorted(PRESET_NAMES))}")
-        entries += PRESETS[name]
-    return tuple(dict.fromkeys(entries))
-
-
-def _normal(name: str) -> str:
-    return name.strip().lower().removesuffix(".")
 
 
 class EgressProxy:
     """One attempt's proxy. Build it with :meth:`start`; :meth:`close` it when the attempt has ended."""
 
-    def __init__(self, socket_path: Path, allow: tuple[str, ...]) -> None:
+    def __init__(self, socket_path: Path, allow: tuple[str, ...], policy: destinations.Policy) -> None:
         self.socket_path = socket_path
         self.allow = allow
+        self.policy = policy
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def start(cls, socket_path: Path, allow: Iterable[str], presets: Iterable[str] = ()) -> EgressProxy:
+    async def start(
+        cls,
+        socket_path: Path,
+        allow: Iterable[str],
+        presets: Iterable[str] = (),
+        *,
+        policy: destinations.Policy,
+    ) -> EgressProxy:
         """Listen on ``socket_path`` (replacing a stale socket there) and serve until closed.
 
+        ``policy`` is the agent's destination policy, applied to the addresses of allowed names.
         Raises ValueError for an unknown preset, OSError when the socket cannot be created.
         """
-        proxy = cls(socket_path, expand(allow, presets))
+        proxy = cls(socket_path, expand(allow, presets), policy)
         listener = _bound_unix_socket(socket_path)
         try:
             proxy._server = await asyncio.start_unix_server(proxy._serve, sock=listener, limit=_MAX_HEAD_BYTES)
@@ -182,7 +146,10 @@ class EgressProxy:
                 writer, 403, "Forbidden", f"nodus egress: {host} is not allowed; add it to spec.network.egress.allow"
             )
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port, limit=_CHUNK_BYTES)
+            up_reader, up_writer = await dialing.open_connection(host, port, self.policy, limit=_CHUNK_BYTES)
+        except destinations.Refused as refused:
+            logger.info("egress to %s refused for %s: %s", host, self.socket_path.parent.name, refused)
+            return await _respond(writer, 403, "Forbidden", f"nodus egress: {refused}; {refused.fix}")
         except OSError as error:
             return await _respond(
                 writer, 502, "Bad Gateway", f"nodus egress: cannot connect to {host}:{port}: {error.strerror or error}"

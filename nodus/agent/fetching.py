@@ -9,6 +9,9 @@ Guarantees of :func:`download` and :func:`download_s3`:
 * Only TLS: ``https://`` URLs and ``https://`` redirects (at most :data:`MAX_REDIRECTS`). An S3
   endpoint may be ``http://`` only on the loopback host (``localhost``, ``127.0.0.1``, ``::1``), for
   a test server. ``ca_file`` adds no trust: it *replaces* the system CAs, for private endpoints.
+* Only destinations ``policy`` allows (ADR 0032): every connection, each redirect hop's included,
+  is made to an address resolved and checked by ``nodus.agent.dialing``; a refused one raises
+  :class:`~nodus.apimachinery.destinations.Refused` (not a FetchError: retrying cannot help).
 * Errors are :class:`FetchError` (a :class:`DigestMismatch` for a wrong digest) with messages that
   never carry credentials: URLs in messages lose their user info and query string (a presigned URL's
   signature lives there), and S3 keys are never printed.
@@ -27,7 +30,6 @@ import hashlib
 import hmac
 import os
 import re
-import ssl
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +37,9 @@ from typing import IO
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
+
+from nodus.agent import dialing
+from nodus.apimachinery import destinations
 
 CHUNK = 1 << 20
 MAX_REDIRECTS = 10
@@ -61,26 +66,30 @@ async def download(
     destination: Path,
     expected_sha256: str | None,
     *,
-    client: httpx.AsyncClient | None = None,
+    policy: destinations.Policy,
     ca_file: str | None = None,
 ) -> str:
     """GET ``url`` (``https://`` only) into ``destination``; return the body's SHA-256 hex.
 
     ``expected_sha256`` is hex, upper or lower case, optionally prefixed ``sha256:``; when given, a
     body with another digest raises :class:`DigestMismatch`. Redirects are followed while they stay on
-    ``https://``. With ``client``, its settings (proxies, TLS) are used and ``ca_file`` is ignored; the
-    client is not closed.
+    ``https://`` and on destinations ``policy`` allows.
     """
     current = _require_https(url)
-    async with _client(client, ca_file) as http:
+    async with dialing.http_client(policy, ca_file=ca_file, timeout=TIMEOUT) as http:
         for _ in range(MAX_REDIRECTS + 1):
-            async with _get(http, current, {}) as response:
-                if response.is_redirect and "location" in response.headers:
-                    current = _require_https(str(response.url.join(response.headers["location"])))
-                    continue
-                if response.status_code != httpx.codes.OK:
-                    raise FetchError(f"GET {redact(current)} answered {response.status_code}")
-                return await _save(response, destination, expected_sha256, redact(url))
+            try:
+                async with _get(http, current, {}) as response:
+                    if response.is_redirect and "location" in response.headers:
+                        current = _require_https(str(response.url.join(response.headers["location"])))
+                        continue
+                    if response.status_code != httpx.codes.OK:
+                        raise FetchError(f"GET {redact(current)} answered {response.status_code}")
+                    return await _save(response, destination, expected_sha256, redact(url))
+            except destinations.Refused as exc:
+                if current == url:
+                    raise
+                raise destinations.Refused(f"{redact(url)} redirects to {redact(current)}: {exc}", exc.fix) from None
     raise FetchError(f"GET {redact(url)}: more than {MAX_REDIRECTS} redirects")
 
 
@@ -95,7 +104,7 @@ async def download_s3(
     destination: Path,
     expected_sha256: str | None,
     *,
-    client: httpx.AsyncClient | None = None,
+    policy: destinations.Policy,
     ca_file: str | None = None,
 ) -> str:
     """GET object ``key`` of ``bucket`` from the S3 ``endpoint`` (``https://s3.us-east-1.amazonaws.com``)
@@ -109,7 +118,10 @@ async def download_s3(
     url = f"{endpoint.rstrip('/')}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
     name = f"s3://{bucket}/{key}"
     headers = sign_v4("GET", url, region, "s3", access_key, secret_key, session_token)
-    async with _client(client, ca_file) as http, _get(http, url, headers) as response:
+    async with (
+        dialing.http_client(policy, ca_file=ca_file, timeout=TIMEOUT) as http,
+        _get(http, url, headers) as response,
+    ):
         if response.status_code != httpx.codes.OK:
             raise FetchError(
                 f"GET {name} from {redact(endpoint)} answered {response.status_code}{await _s3_error(response)}"
@@ -192,16 +204,6 @@ def _require_https(url: str) -> str:
     if urlsplit(url).scheme != "https":
         raise FetchError(f"only https:// URLs are fetched, not {redact(url)}")
     return url
-
-
-@contextlib.asynccontextmanager
-async def _client(client: httpx.AsyncClient | None, ca_file: str | None) -> AsyncIterator[httpx.AsyncClient]:
-    if client is not None:
-        yield client
-        return
-    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
-    async with httpx.AsyncClient(verify=verify, timeout=TIMEOUT, follow_redirects=False) as owned:
-        yield owned
 
 
 @contextlib.asynccontextmanager

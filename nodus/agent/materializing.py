@@ -20,8 +20,9 @@ Where things land (host side -> inside the sandbox):
 
 A failure raises :class:`PrepareFailed` with the Attempt reason to report: ``InputDigestMismatch``,
 ``SecretChanged`` and ``SourceUnavailable`` fail the Job at once (the same content would fail the
-same way), ``InputFetchFailed`` counts as a customer failure and is retried. Values of Secrets are
-never logged and never part of a message.
+same way), ``InputFetchFailed`` counts as a customer failure and is retried. ``DestinationRefused``
+(a URL, bucket endpoint or repository the agent must not reach, ADR 0032) fails the Job at once too.
+Values of Secrets are never logged and never part of a message.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 from nodus.agent import archives, fetching, source
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.runtime import Mount
+from nodus.apimachinery import destinations
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -64,15 +66,24 @@ class Prepared:
     persistent: dict[str, Path] = field(default_factory=dict)
     # The pinned Secrets' values, for sinks' DSNs; never printed (repr=False).
     secret_values: dict[str, dict[str, bytes]] = field(default_factory=dict, repr=False)
+    # What the agent may connect to for this attempt (inputs, source, sinks).
+    reach: destinations.Policy = field(default_factory=destinations.Policy)
 
 
 async def prepare(
-    client: Client, attempt: Object, layout: AttemptLayout, working_dir: str, trust_ca: str | None = None
+    client: Client,
+    attempt: Object,
+    layout: AttemptLayout,
+    working_dir: str,
+    trust_ca: str | None = None,
+    *,
+    reach: destinations.Policy,
 ) -> Prepared:
-    """Fetch everything ``attempt`` reads into ``layout``; raises PrepareFailed."""
+    """Fetch everything ``attempt`` reads into ``layout``, from destinations ``reach`` allows; raises
+    PrepareFailed."""
     spec = attempt.get("spec") or {}
     namespace = str(attempt["metadata"]["namespace"])
-    prepared = Prepared(persistent={working_dir: layout.workdir})
+    prepared = Prepared(persistent={working_dir: layout.workdir}, reach=reach)
     values = await _secrets(client, namespace, spec, layout)
     prepared.secret_values = values
     prepared.env = _secret_env(spec.get("env"), values)
@@ -84,7 +95,7 @@ async def prepare(
         if connection.get("exposed"):
             prepared.env.update(_expose(connection, values, layout))
     for item in spec.get("inputs") or []:
-        prepared.inputs.append(await _input(client, namespace, item, layout, connections, values, trust_ca))
+        prepared.inputs.append(await _input(client, namespace, item, layout, connections, values, trust_ca, reach))
     for number, mount in enumerate(spec.get("volumes") or []):
         host = layout.directory / "volumes" / str(number)
         await _unpack_blob(client, namespace, mount.get("blob"), host, f"Volume {mount['volume']}")
@@ -201,18 +212,21 @@ async def _input(
     connections: dict[str, Object],
     secrets: dict[str, dict[str, bytes]],
     trust_ca: str | None,
+    reach: destinations.Policy,
 ) -> Object:
     name = str(item["name"])
     target = layout.inputs / name
     expected = item.get("sha256")
     try:
         if item.get("url"):
-            digest = await fetching.download(str(item["url"]), target, expected, ca_file=trust_ca)
+            digest = await fetching.download(str(item["url"]), target, expected, policy=reach, ca_file=trust_ca)
         elif item.get("bucket"):
-            digest = await _bucket(item["bucket"], target, expected, connections, secrets)
+            digest = await _bucket(item["bucket"], target, expected, connections, secrets, reach)
         else:
             await _unpack_blob(client, namespace, item.get("blob"), target, f"input {name}")
             digest = str(expected or "")
+    except destinations.Refused as exc:
+        raise PrepareFailed("DestinationRefused", f"Input {name}: {exc}; {exc.fix}") from None
     except fetching.DigestMismatch as exc:
         raise PrepareFailed("InputDigestMismatch", f"Input {name}: {exc}") from None
     except fetching.FetchError as exc:
@@ -226,6 +240,7 @@ async def _bucket(
     expected: str | None,
     connections: dict[str, Object],
     secrets: dict[str, dict[str, bytes]],
+    reach: destinations.Policy,
 ) -> str:
     connection = connections[str(bucket["connection"])]
     s3 = connection.get("s3") or {}
@@ -242,6 +257,7 @@ async def _bucket(
         session_token=token.decode() if token else None,
         destination=target,
         expected_sha256=expected,
+        policy=reach,
     )
 
 
@@ -296,7 +312,12 @@ async def _source(
         return {"blob": str(spec["blob"])}
     git = spec.get("git") or {}
     try:
-        commit = await source.checkout_git(str(git["repo"]), git.get("ref") or None, host, ca_file=trust_ca)
+        commit = await source.checkout_git(
+            str(git["repo"]), git.get("ref") or None, host, policy=prepared.reach, ca_file=trust_ca
+        )
+    except destinations.Refused as exc:
+        where = source.scrub(str(git.get("repo")))
+        raise PrepareFailed("DestinationRefused", f"Source {where}: {exc}; {exc.fix}") from None
     except source.SourceError as exc:
         raise PrepareFailed("SourceUnavailable", f"Could not check out {git.get('repo')}: {exc}") from None
     return {"commit": commit}

@@ -47,6 +47,7 @@ from typing import Literal, Protocol
 
 from nodus.agent import egress
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
+from nodus.apimachinery.destinations import Policy
 
 # A line longer than this is delivered in pieces, so one endless line cannot exhaust the agent's memory.
 MAX_LINE_BYTES = 64 * 1024
@@ -95,12 +96,14 @@ class Egress:
 
     ``allow`` holds host names (``pypi.org``) and ``*.suffix`` patterns (``*.example.com``: any
     name below ``example.com``, not ``example.com`` itself); ``presets`` name lists of hosts in
-    :data:`nodus.agent.egress.PRESETS`. Both only apply to ``AllowList``.
+    :data:`nodus.agent.egress.PRESETS`. Both only apply to ``AllowList``. ``destinations`` is the
+    agent's destination policy, which the AllowList proxy applies to the addresses of allowed names.
     """
 
     policy: Literal["Open", "Deny", "AllowList"] = "Open"
     allow: tuple[str, ...] = ()
     presets: tuple[str, ...] = ()
+    destinations: Policy = field(default_factory=Policy)
 
 
 @dataclass(frozen=True)

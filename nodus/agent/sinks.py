@@ -31,6 +31,9 @@ all-null columns ``text``, objects and arrays ``jsonb``, and, for Parquet only, 
 ``timestamp``/``timestamptz``, dates ``date``, binary ``bytea``. Mixed JSON types widen to
 ``double precision`` (integers and floats), ``jsonb`` (anything with an object or array) or ``text``.
 An existing table must have every column of the file; its other columns get their defaults.
+
+The database is reached only at a destination the policy allows, through ``nodus.agent.dsns``: the
+DSN is read without touching the agent's host files, and connected to a checked address (ADR 0032).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from typing import Any, Literal
 import asyncpg
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from nodus.agent import dsns
+from nodus.apimachinery import destinations
 
 Mode = Literal["Append", "Replace"]
 CHUNK = 1 << 20
@@ -71,10 +77,11 @@ class Source:
     batches: Callable[[], Iterator[list[list[Any]]]]
 
 
-async def load(dsn: str, table: str, path: Path, mode: Mode) -> int:
+async def load(dsn: str, table: str, path: Path, mode: Mode, *, policy: destinations.Policy) -> int:
     """Load the rows of ``path`` into ``table`` of the database at ``dsn``; return how many were loaded.
 
-    See the module docstring for formats, table creation and the all-or-nothing guarantee.
+    See the module docstring for formats, table creation and the all-or-nothing guarantee. A database
+    ``policy`` refuses, or a DSN ``dsns.parse`` refuses, is a SinkError that says why.
     """
     if mode not in ("Append", "Replace"):
         raise SinkError(f"mode must be Append or Replace, not {mode!r}")
@@ -82,7 +89,9 @@ async def load(dsn: str, table: str, path: Path, mode: Mode) -> int:
     qualified = quote_ident(name) if schema is None else f"{quote_ident(schema)}.{quote_ident(name)}"
     source = await asyncio.to_thread(open_source, path)
     try:
-        connection = await asyncpg.connect(dsn)
+        connection = await dsns.connect(dsn, policy)
+    except (dsns.DSNError, destinations.Refused) as exc:
+        raise SinkError(f"the database for table {table} is refused: {exc}") from None
     except Exception as exc:
         raise SinkError(f"could not connect to the database for table {table}: {_scrub(exc, dsn)}") from None
     try:

@@ -7,6 +7,11 @@ terminal prompts (a private repository without a token in its URL fails at once 
 only the ``https`` protocol (submodules and redirects cannot switch to ``file://`` or ``ssh://``),
 and ``ca_file`` as the only trusted CAs when given.
 
+Only destinations the policy allows (ADR 0032): the repository's host is resolved and every address
+checked before git runs (``nodus.agent.dialing``), and git's connections are pinned to those
+addresses (``http.curloptResolve``, so curl never resolves the name itself: no DNS rebinding) and
+follow no redirects (``http.followRedirects=false``: no hop to another host).
+
 The fetch is as small as the server allows: a shallow fetch (``--depth 1``) of the ref, then a full
 fetch of the ref if the server cannot do shallow (the dumb HTTP protocol cannot), then, for what may
 be a commit sha that the server will not serve by name, a fetch of every branch and tag. ``ref`` is a
@@ -23,8 +28,11 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from nodus.agent import archives
+from nodus.agent import archives, dialing
+from nodus.apimachinery import destinations
+from nodus.apimachinery.destinations import Address
 
 GITHUB = "https://github.com/{}.git"
 STDERR_LINES = 5
@@ -40,20 +48,28 @@ class SourceError(Exception):
 
 
 async def checkout_git(
-    repo: str, ref: str | None, destination: Path, *, ca_file: str | None = None, timeout: float = 600
+    repo: str,
+    ref: str | None,
+    destination: Path,
+    *,
+    policy: destinations.Policy,
+    ca_file: str | None = None,
+    timeout: float = 600,
 ) -> str:
     """Check out ``ref`` of ``repo`` into ``destination`` (missing or empty); return the commit sha.
 
     ``repo`` is ``owner/name`` (GitHub) or an ``https://`` URL, which may carry a token
     (``https://x-access-token:TOKEN@host/owner/name.git``). Everything, fetches included, must finish
-    within ``timeout`` seconds. On failure ``destination`` may hold a partial repository.
+    within ``timeout`` seconds. On failure ``destination`` may hold a partial repository. A host that
+    ``policy`` refuses raises :class:`~nodus.apimachinery.destinations.Refused` before git runs.
     """
     url = repository_url(repo)
     if ref is not None and (not ref or ref.startswith("-") or any(c.isspace() or c in "\0:^~?*[\\" for c in ref)):
         raise SourceError(f"{ref!r} is not a branch, tag or commit")
+    pins = await _pins(url, policy)
     _prepare(destination)
     with tempfile.TemporaryDirectory(prefix="nodus-git-home-") as home:
-        git = _Git(destination, _environment(home, ca_file))
+        git = _Git(destination, _environment(home, ca_file, pins))
         try:
             async with asyncio.timeout(timeout):
                 await git.run("init", "--quiet")
@@ -114,7 +130,27 @@ def _prepare(destination: Path) -> None:
     destination.mkdir(parents=True, exist_ok=True)
 
 
-def _environment(home: str, ca_file: str | None) -> dict[str, str]:
+async def _pins(url: str, policy: destinations.Policy) -> list[str]:
+    """``http.curloptResolve`` entries pinning the repository's host to its checked addresses."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or 443
+    except ValueError:
+        raise SourceError(f"{scrub(url)!r} has a malformed host or port") from None
+    try:
+        addresses = await dialing.resolve(host, port, policy)
+    except OSError as exc:
+        raise SourceError(str(exc)) from None
+    if destinations.parse_address(host) is not None:
+        return []  # an address: curl resolves nothing
+    return [f"{host}:{port}:{','.join(_bracketed(a) for a in addresses)}"]
+
+
+def _bracketed(address: Address) -> str:
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def _environment(home: str, ca_file: str | None, pins: list[str]) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": home,
@@ -126,13 +162,18 @@ def _environment(home: str, ca_file: str | None) -> dict[str, str]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_ALLOW_PROTOCOL": "https",
-        # Command-line configuration, without putting it on argv: no credential helpers.
-        "GIT_CONFIG_COUNT": "2",
-        "GIT_CONFIG_KEY_0": "credential.helper",
-        "GIT_CONFIG_VALUE_0": "",
-        "GIT_CONFIG_KEY_1": "advice.detachedHead",
-        "GIT_CONFIG_VALUE_1": "false",
     }
+    # Command-line configuration, without putting it on argv: no credential helpers, no redirects,
+    # connections only to the checked addresses.
+    config = [
+        ("credential.helper", ""),
+        ("advice.detachedHead", "false"),
+        ("http.followRedirects", "false"),
+        *(("http.curloptResolve", pin) for pin in pins),
+    ]
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for number, (key, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{number}"], env[f"GIT_CONFIG_VALUE_{number}"] = key, value
     if ca_file is not None:
         env["GIT_SSL_CAINFO"] = ca_file
     return env

@@ -14,7 +14,7 @@ from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
-from nodus.api.kinds import catalog, secret
+from nodus.api.kinds import catalog, destinationrules, secret
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
 from nodus.api.registry import Registry
@@ -38,6 +38,12 @@ class APIServer:
         self.secret_keys = Keyring.load(secret_key_file) if secret_key_file is not None else None
         # One keyring per process: the Secret kind's strategy is shared by every server in it.
         secret.configure(self.secret_keys)
+        # Likewise the destinations Jobs and Connections may name (read here: a bad entry stops the start).
+        destinationrules.configure(
+            destinationrules.server_policy(
+                settings.allow_loopback_endpoints, settings.forbid_addresses, settings.database_url
+            )
+        )
         self.registry = registry or catalog.registry()
         self.storage = Storage(
             settings.database_url,

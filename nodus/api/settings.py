@@ -40,5 +40,10 @@ class ServerSettings:
     # The funded window of a hold, as the billing controller places it (--funded-window of both): the
     # estimate quotes holds with it.
     funded_window: timedelta = timedelta(minutes=10)
+    # What Jobs and Connections may name for the agent to reach (ADR 0032): loopback only with
+    # --allow-loopback-endpoints (tests, nodus dev); these HOST[:PORT] endpoints (--forbid-address and
+    # the listening address) never; the database's own endpoint is added from database_url.
+    allow_loopback_endpoints: bool = False
+    forbid_addresses: tuple[str, ...] = ()
     # How long a node credential lives (--node-credential-ttl); agents renew theirs halfway (ADR 0035).
     node_credential_ttl: timedelta = timedelta(hours=24)

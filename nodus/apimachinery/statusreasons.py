@@ -233,6 +233,16 @@ _add(
     "A failed download is a failure of the attempt and counts against spec.backoffLimit.",
 )
 _add(
+    "DestinationRefused",
+    "The agent refused to connect to an input's URL or bucket endpoint, or the source repository.",
+    "Name a public host that the Job's egress policy allows (spec.network.egress); the message names the address "
+    "and why it was refused.",
+    "The agent never connects on a Job's behalf to its own host (loopback), link-local addresses such as the cloud "
+    "metadata service, unix sockets or the control plane's endpoints, and only to hosts the Job's egress policy "
+    "allows; a name is checked by every address it resolves to (docs/data-plane.md, Destinations). The Job fails "
+    "at once: the same destination would be refused again.",
+)
+_add(
     "SourceUnavailable",
     "The Job's source could not be checked out.",
     "Check spec.source: the repository and ref must exist and be reachable over https, or the blob be uploaded "

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -90,8 +93,27 @@ async def drop_database(database_url: str) -> None:
         await conn.close()
 
 
+# Every connection to the embedded server proves the password (ADR 0032): its unix socket and any port
+# are reachable by whatever runs on this machine, programs of Jobs included.
+EMBEDDED_HBA = """\
+# Written by Nodus (ADR 0032): every connection authenticates with the password in nodus-password.
+local   all          all                 scram-sha-256
+host    all          all   127.0.0.1/32  scram-sha-256
+host    all          all   ::1/128       scram-sha-256
+local   replication  all                 scram-sha-256
+host    replication  all   127.0.0.1/32  scram-sha-256
+host    replication  all   ::1/128       scram-sha-256
+"""
+PASSWORD_FILE = "nodus-password"
+
+
 class EmbeddedPostgres:
-    """A PostgreSQL server kept under a data directory (the ``pgserver`` wheel); stopped on ``stop()``."""
+    """A PostgreSQL server kept under a data directory (the ``pgserver`` wheel); stopped on ``stop()``.
+
+    pgserver initialises it with trust authentication; :meth:`start` replaces that, before returning
+    the URL, with a password of its own: random, kept in ``<data dir>/nodus-password`` (0600), required
+    of every local and host connection (``scram-sha-256`` in ``pg_hba.conf``). The URL carries it.
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
@@ -102,9 +124,55 @@ class EmbeddedPostgres:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
-        url: str = self._server.get_uri()
+        plain: str = self._server.get_uri()
+        password = self._password()
+        url = plain.replace("postgres:@", f"postgres:{quote(password, safe='')}@", 1)
+        self._require_password(plain, password)
         log.info("embedded PostgreSQL running under %s", self.data_dir)
         return url
+
+    def _password(self) -> str:
+        """The data directory's password, created (0600, never replaced) on first use."""
+        path = self.data_dir / PASSWORD_FILE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32) + "\n")
+        return path.read_text().strip()
+
+    def _require_password(self, plain_url: str, password: str) -> None:
+        """Give the postgres role ``password`` and make pg_hba.conf require it (reloaded when changed)."""
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        # Works over trust (a fresh or older data directory) and over the password alike.
+        statements = (
+            "SET password_encryption = 'scram-sha-256';\n"
+            f"ALTER ROLE postgres PASSWORD '{password}';\n"  # token_urlsafe: no quote to escape
+        )
+        hba = self.data_dir / "pg_hba.conf"
+        changed = hba.read_text() != EMBEDDED_HBA
+        if changed:
+            statements += "SELECT pg_reload_conf();\n"
+        env = {**os.environ, "PGPASSWORD": password}
+        try:
+            if changed:
+                hba.write_text(EMBEDDED_HBA)  # the existing file, so its owner (pgserver's user) is kept
+            subprocess.run(
+                [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", plain_url],
+                input=statements,
+                env=env,
+                text=True,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(
+                f"cannot set the embedded PostgreSQL's password under {self.data_dir}: {exc.stderr.strip()} "
+                f"(if {PASSWORD_FILE} was lost, restore it, or set trust in pg_hba.conf once and restart)"
+            ) from None
 
     def stop(self) -> None:
         if self._server is not None:

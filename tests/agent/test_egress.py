@@ -2,7 +2,9 @@
 
 The server listens on the host's 127.0.0.1, which the program reaches only while it shares the host's
 network (``Open``); in its own network (``Deny``, ``AllowList``) 127.0.0.1 is the sandbox's own, so
-only the agent's proxy can get there, and only for an allowed name.
+only the agent's proxy can get there, and only for an allowed name whose address the agent's
+destination policy allows: loopback only for an agent started with ``--allow-loopback-endpoints``
+(:data:`LOCAL`), never the control plane's endpoints (ADR 0032).
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import pytest
 
 from nodus.agent import egress, runtime
 from nodus.agent.layout import AttemptLayout
+from nodus.apimachinery import destinations
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REAL_PYTHON = os.path.realpath(sys.executable)
 # Only guards against a hang; never reached when things work.
 HANG_GUARD = 120.0
 BODY = "hello from the host"
+# An agent started with --allow-loopback-endpoints (its API server elsewhere).
+LOCAL = destinations.Policy(allow_loopback=True)
 
 CONNECT_DIRECTLY = """
 import socket, sys
@@ -110,7 +115,11 @@ async def output_of(chosen: runtime.Runtime, spec: runtime.RunSpec) -> list[str]
     [
         pytest.param(runtime.Egress(), "connected", id="open-shares-the-host-network"),
         pytest.param(runtime.Egress(policy="Deny"), "cannot connect", id="deny"),
-        pytest.param(runtime.Egress(policy="AllowList", allow=("localhost",)), "cannot connect", id="allow-list"),
+        pytest.param(
+            runtime.Egress(policy="AllowList", allow=("localhost",), destinations=LOCAL),
+            "cannot connect",
+            id="allow-list",
+        ),
     ],
 )
 async def test_direct_connections_reach_the_host_only_when_open(
@@ -125,7 +134,10 @@ async def test_allow_list_lets_listed_hosts_through_the_proxy_and_refuses_the_re
     sandbox: runtime.Runtime, layout: AttemptLayout, host_server: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     spec = python_spec(
-        layout, THROUGH_THE_PROXY, str(host_server), policy=runtime.Egress(policy="AllowList", allow=("LocalHost.",))
+        layout,
+        THROUGH_THE_PROXY,
+        str(host_server),
+        policy=runtime.Egress(policy="AllowList", allow=("LocalHost.",), destinations=LOCAL),
     )
     with caplog.at_level(logging.INFO, logger=egress.__name__):
         stdout = await output_of(sandbox, spec)
@@ -163,7 +175,11 @@ async def test_allow_list_gives_the_program_the_proxy_environment(
 @pytest.mark.parametrize(
     ("policy", "why"),
     [
-        pytest.param(runtime.Egress(policy="AllowList", presets=("npm",)), "unknown egress preset 'npm'", id="preset"),
+        pytest.param(
+            runtime.Egress(policy="AllowList", presets=("no-such-preset",)),
+            "unknown egress preset 'no-such-preset'",
+            id="preset",
+        ),
         pytest.param(runtime.Egress(policy="AllowList", allow=("bad host",)), "not a host name", id="allow-entry"),
         pytest.param(
             runtime.Egress(policy="Deny", allow=("pypi.org",)), "only apply to the AllowList", id="deny-allow"
@@ -178,9 +194,64 @@ async def test_egress_that_cannot_be_honoured_is_refused(
 
 
 async def test_proxy_refuses_unknown_presets(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown egress preset 'npm'"):
-        await egress.EgressProxy.start(tmp_path / "egress.sock", (), ("npm",))
+    with pytest.raises(ValueError, match="unknown egress preset 'no-such-preset'"):
+        await egress.EgressProxy.start(tmp_path / "egress.sock", (), ("no-such-preset",), policy=LOCAL)
     assert not (tmp_path / "egress.sock").exists()
+
+
+async def ask(proxy: egress.EgressProxy, form: str, port: int) -> tuple[str, str]:
+    """The status line and body answering ``GET /`` on localhost:``port`` through ``proxy``: in a CONNECT
+    tunnel, or as an absolute-URI request. A refused CONNECT answers the CONNECT itself."""
+    reader, writer = await asyncio.open_unix_connection(proxy.socket_path)
+    try:
+        if form == "CONNECT":
+            writer.write(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HANG_GUARD)).decode()
+            if " 200 " not in head.split("\r\n")[0]:
+                body = await asyncio.wait_for(reader.read(), HANG_GUARD)
+                return head.split("\r\n")[0], body.decode().strip()
+            writer.write(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        else:
+            writer.write(f"GET http://localhost:{port}/ HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        answer = (await asyncio.wait_for(reader.read(), HANG_GUARD)).decode()
+    finally:
+        writer.close()
+    head, _, body = answer.partition("\r\n\r\n")
+    return head.split("\r\n")[0], body.strip()
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "body"),
+    [
+        pytest.param(
+            destinations.Policy(),
+            "HTTP/1.1 403 Forbidden",
+            "nodus egress: localhost is loopback (this host): refused; ",
+            id="loopback-without-the-flag",
+        ),
+        pytest.param(
+            LOCAL.forbid(destinations.Endpoint.parse("127.0.0.1")),
+            "HTTP/1.1 403 Forbidden",
+            "nodus egress: localhost resolves to 127.0.0.1:{port}, which is the control plane's own endpoint "
+            "(127.0.0.1): refused; ",
+            id="control-plane",
+        ),
+        pytest.param(LOCAL, "HTTP/1.1 200 OK", BODY, id="loopback-with-the-flag"),
+    ],
+)
+@pytest.mark.parametrize("form", ["CONNECT", "GET"])
+async def test_an_allowed_name_is_refused_for_its_address(
+    tmp_path: Path, host_server: int, policy: destinations.Policy, status: str, body: str, form: str
+) -> None:
+    # "localhost" is in the allow list and resolves to 127.0.0.1: the name passes, its address decides.
+    proxy = await egress.EgressProxy.start(tmp_path / "egress.sock", ("localhost",), policy=policy)
+    try:
+        got_status, got_body = await ask(proxy, form, host_server)
+    finally:
+        proxy.close()
+        await proxy.wait_closed()
+    assert got_status == status
+    assert got_body.startswith(body.format(port=host_server))
 
 
 @pytest.mark.parametrize(

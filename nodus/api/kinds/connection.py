@@ -6,7 +6,10 @@ pins at admission like any other Secret. ``spec.type`` selects exactly one block
 * ``S3``: ``spec.s3`` = ``{endpoint, region, bucket, credentialsSecret}``; the Secret holds
   ``accessKeyID`` and ``secretAccessKey`` (and optionally ``sessionToken``). The endpoint is an https
   URL; plain http is accepted only for localhost and 127.0.0.1 (a local MinIO or moto), so that keys
-  never cross a network in the clear.
+  never cross a network in the clear. The agent reaches it for bucket inputs, so it must be a
+  destination the server's policy allows (ADR 0032): never link-local, unspecified or the control
+  plane, loopback only on a server started with ``--allow-loopback-endpoints``. Checked on create and
+  when the endpoint changes, so that a stored Connection stays updatable after a policy change.
 * ``Postgres``, ``Neon``, ``Supabase`` (all PostgreSQL): ``spec.postgres`` = ``{dsnSecret, dsnKey}``;
   the DSN is the Secret's value under ``dsnKey`` (default ``dsn``).
 
@@ -21,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from nodus.api import objectmeta
+from nodus.api.kinds import destinationrules
 from nodus.api.kinds.job.base import JobModel
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
@@ -102,6 +106,12 @@ class ConnectionStrategy(Strategy):
         _default(new)
 
     def validate(self, obj: Object) -> list[FieldError]:
+        return self._validate(obj, None)
+
+    def validate_update(self, new: Object, old: Object) -> list[FieldError]:
+        return self._validate(new, old)
+
+    def _validate(self, obj: Object, old: Object | None) -> list[FieldError]:
         spec, problems = validate_model(ConnectionSpec, obj.get("spec"), Path("spec"))
         if spec is None:
             return problems
@@ -113,7 +123,11 @@ class ConnectionStrategy(Strategy):
                     )
                 )
             else:
-                problems += _endpoint_problems(spec.s3.endpoint, Path("spec", "s3", "endpoint"))
+                endpoint_path = Path("spec", "s3", "endpoint")
+                scheme_problems = _endpoint_problems(spec.s3.endpoint, endpoint_path)
+                problems += scheme_problems
+                if not scheme_problems and (old is None or spec.s3.endpoint != _endpoint(old)):
+                    problems += destinationrules.endpoint_rule(spec.s3.endpoint, endpoint_path)
                 problems += objectmeta.validate_name(
                     spec.s3.credentials_secret, Path("spec", "s3", "credentialsSecret"), dns_label=False
                 )
@@ -149,6 +163,10 @@ def _default(obj: Object) -> None:
     postgres = spec.get("postgres")
     if isinstance(postgres, dict) and postgres.get("dsnKey") is None:
         postgres["dsnKey"] = DEFAULT_DSN_KEY
+
+
+def _endpoint(obj: Object) -> object:
+    return ((obj.get("spec") or {}).get("s3") or {}).get("endpoint")
 
 
 def _type(obj: Object) -> str:

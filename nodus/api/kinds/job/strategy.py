@@ -5,11 +5,13 @@ On create the client's ``status`` is replaced by ``phase: Pending``, aliases are
 (``defaults``), so the stored spec shows every effective value. On update the old status is carried
 over, and the new spec is canonicalised and defaulted the same way, so an update that omits a
 defaulted field keeps it defaulted instead of reading as a change. Preparers never raise; the
-validators never mutate and return every problem at once (``validation``).
+validators never mutate and return every problem at once (``validation``). What the agent will connect
+to is checked on create only (``destinationrules``).
 """
 
 from __future__ import annotations
 
+from nodus.api.kinds import destinationrules
 from nodus.api.kinds.job import aliases, defaults, notices, validation
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import estimates, fieldpath
@@ -35,7 +37,7 @@ class JobStrategy(Strategy):
         defaults.apply_defaults(new.get("spec"))
 
     def validate(self, obj: Object) -> list[FieldError]:
-        problems = validation.validate_spec(obj)
+        problems = validation.validate_spec(obj) + destinationrules.job_rules(obj)
         if estimates.RATE_CEILING in ((obj.get("metadata") or {}).get("annotations") or {}):
             problems.append(
                 fieldpath.forbidden(

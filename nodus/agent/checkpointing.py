@@ -17,6 +17,14 @@ its processes (SIGSTOP), copies what changed, and resumes them (SIGCONT). The fi
 makes it wait again). ``integration: None`` never asks; ``HFTrainer`` is ``Auto`` plus a ``sitecustomize``
 (``nodus/agent/hftrainer``) that makes a Hugging Face Trainer save to the paths, answer requests and resume.
 
+Files (ADR 0031): ``/nodus/checkpoint`` is the program's writable directory, so the agent never opens a name
+there by path. The request is written under a fresh random name (``O_CREAT | O_EXCL | O_NOFOLLOW``
+through the directory's descriptor) and renamed over ``request``, which replaces whatever the program left
+at that name (a link included) and never writes through it; the ack and signal files are read only if they
+are regular files (a link, a fifo or a directory reads as absent), and the request is removed with
+``unlinkat``. The checkpoint paths are walked from the host directory behind their mount, never through a
+link (``nodus.agent.hostfiles``, ``snapshots``, ``restoring``).
+
 Commit: the chunks go up first, the manifest last, and the checkpoint is committed when the Attempt's
 ``status.checkpoint`` names the manifest (an ended attempt's cannot change: see the Attempt strategy). An
 upload cut short leaves no manifest and is never restored. ``maxSize`` is checked before anything is
@@ -37,6 +45,7 @@ import logging
 import math
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +55,7 @@ from typing import Any
 
 import orjson
 
-from nodus.agent import checkpointstore, snapshots
+from nodus.agent import checkpointstore, hostfiles, snapshots
 from nodus.agent.layout import AttemptLayout
 from nodus.agent.runtime import Process
 from nodus.apimachinery import units
@@ -57,6 +66,8 @@ log = logging.getLogger("nodus.agent.checkpoints")
 
 SANDBOX_CHECKPOINT_DIR = "/nodus/checkpoint"
 REQUEST_FILE, ACK_FILE, SIGNAL_FILE = "request", "ack", "signal"
+# The ack and signal files hold a number or a signal name: more is never read.
+_CONTROL_FILE_BYTES = 4096
 SIGNALS = {"SIGUSR1": signal.SIGUSR1, "SIGUSR2": signal.SIGUSR2}
 MIN_INTERVAL, MAX_INTERVAL = timedelta(minutes=1), timedelta(hours=6)
 ON_DEMAND_MTBI = timedelta(days=7)
@@ -80,33 +91,37 @@ class CheckpointError(Exception):
 
 @dataclass(frozen=True)
 class Policy:
-    """``spec.recovery.checkpoint`` of the attempt, resolved to host paths."""
+    """``spec.recovery.checkpoint`` of the attempt, resolved to host locations."""
 
     format: snapshots.Format
     integration: str
     interval: str
     max_size: int
-    roots: dict[str, Path]
+    roots: dict[str, hostfiles.Location]
 
     @classmethod
-    def of(cls, spec: Object, resolve: Callable[[str], Path | None]) -> Policy | None:
+    def of(cls, spec: Object, resolve: Callable[[str], hostfiles.Location | Path | None]) -> Policy | None:
         """The policy, or None when the attempt takes no checkpoints (continuity is not Checkpointed).
 
-        Raises CheckpointError for a path that is not on a directory that outlives the program."""
+        ``resolve`` gives the host location of a sandbox path (a bare Path: its parent is trusted). Raises
+        CheckpointError for a path that is not on a directory that outlives the program, or not normalised."""
         recovery = spec.get("recovery") or {}
         if not recovery or recovery.get("continuity", "Checkpointed") != "Checkpointed":
             return None
         policy = recovery.get("checkpoint") or {}
-        roots: dict[str, Path] = {}
+        roots: dict[str, hostfiles.Location] = {}
         for path in policy.get("paths") or ["/nodus/state"]:
-            host = resolve(str(path))
+            try:
+                host = resolve(str(path))
+            except hostfiles.UnsafePath as exc:
+                raise CheckpointError("CheckpointPathInvalid", f"Checkpoint path {exc}.") from None
             if host is None:
                 raise CheckpointError(
                     "CheckpointPathInvalid",
                     f"Checkpoint path {path} is not on a directory that outlives the program: use /nodus/state, "
                     "the working directory or a writable Volume.",
                 )
-            roots[str(path)] = host
+            roots[str(path)] = hostfiles.location(host)
         return cls(
             format="Dcp" if policy.get("format") == "Dcp" else "Snapshot",
             integration=str(policy.get("integration") or "Auto"),
@@ -197,6 +212,7 @@ class Checkpointer:
         self.seq = int(restore.get("seq") or 0)
         self.restored_from = int(restore["seq"]) if restore.get("seq") else None
         self.mirror = snapshots.Mirror(layout.mirror, policy.roots)
+        self._control = hostfiles.Location(layout.checkpoint, (), SANDBOX_CHECKPOINT_DIR)
         self.store = checkpointstore.CheckpointStore(client, self._namespace)
         self.process: Process | None = None
         self._lock = asyncio.Lock()
@@ -342,6 +358,10 @@ class Checkpointer:
     async def _copy(self) -> None:
         try:
             self._staged = await asyncio.to_thread(self.mirror.stage, self.policy.max_size)
+        except hostfiles.UnsafePath as exc:
+            raise CheckpointError(
+                "CheckpointPathUnsafe", f"{exc}: checkpoint paths are read without following symbolic links."
+            ) from None
         except snapshots.TooLarge as exc:
             raise CheckpointError(
                 "CheckpointTooLarge",
@@ -351,7 +371,6 @@ class Checkpointer:
 
     async def _ask(self, seq: int, reason: str, deadline: datetime | None) -> bool:
         """Write the request, signal an opted-in program and wait for its ack; True if it acknowledged."""
-        directory = self._layout.checkpoint
         if not self._acked_ever and self._ack_seq() is not None:
             self._acked_ever = True  # a late ack of an earlier request: the program takes part after all
         wait = (ACK_WAIT if self._acked_ever else FIRST_ACK_WAIT).total_seconds() * self._scale
@@ -361,9 +380,12 @@ class Checkpointer:
             wait = min(wait, max((deadline - units.now()).total_seconds() / 2, 0.0))
         ack_by = units.now() + timedelta(seconds=wait)
         body = {"seq": seq, "reason": reason, "deadline": units.format_time(ack_by)}
-        temporary = directory / f".{REQUEST_FILE}.tmp"
-        await asyncio.to_thread(temporary.write_bytes, orjson.dumps(body))
-        os.replace(temporary, directory / REQUEST_FILE)
+        try:
+            await asyncio.to_thread(hostfiles.write_file, self._control.child(REQUEST_FILE), orjson.dumps(body))
+        except hostfiles.UnsafePath as exc:
+            log.warning("attempt %s: no checkpoint request written: %s", self._name, exc)
+            self._unanswered = True
+            return False
         wanted = self._signal_number()
         if wanted is not None and self.process is not None:
             self.process.notify(wanted)
@@ -384,8 +406,8 @@ class Checkpointer:
     def _ack_seq(self) -> int | None:
         """The seq in the ack file (a number, or ``{"seq": n}``); None when there is none to read."""
         try:
-            text = (self._layout.checkpoint / ACK_FILE).read_text("utf-8").strip()
-        except (FileNotFoundError, UnicodeDecodeError):
+            text = self._control_file(ACK_FILE).decode("utf-8").strip()
+        except UnicodeDecodeError:
             return None
         with contextlib.suppress(ValueError, orjson.JSONDecodeError):
             value = orjson.loads(text)
@@ -396,19 +418,26 @@ class Checkpointer:
 
     def _signal_number(self) -> int | None:
         try:
-            name = (self._layout.checkpoint / SIGNAL_FILE).read_text("utf-8").strip().upper()
-        except (FileNotFoundError, UnicodeDecodeError):
+            name = self._control_file(SIGNAL_FILE).decode("utf-8").strip().upper()
+        except UnicodeDecodeError:
             return None
         return SIGNALS.get(name if name.startswith("SIG") else f"SIG{name}")
 
+    def _control_file(self, name: str) -> bytes:
+        """What the program wrote in ``/nodus/checkpoint/<name>``, if it is a regular file (else nothing)."""
+        try:
+            return hostfiles.read_file(self._control.child(name), _CONTROL_FILE_BYTES) or b""
+        except hostfiles.UnsafePath:
+            return b""
+
     def _clear_request(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self._layout.checkpoint / REQUEST_FILE).unlink()
+        with contextlib.suppress(hostfiles.UnsafePath):
+            hostfiles.remove(self._control.child(REQUEST_FILE))
 
     def _check_dcp(self) -> None:
         """A torch.distributed.checkpoint directory is complete once its ``.metadata`` is written (last)."""
-        for sandbox, host in self.policy.roots.items():
-            if host.is_dir() and any(host.iterdir()) and not (host / ".metadata").is_file():
+        for sandbox, location in self.policy.roots.items():
+            if not _dcp_complete(location):
                 raise CheckpointError(
                     "CheckpointIncomplete",
                     f"{sandbox} has no .metadata: format Dcp expects a complete torch.distributed.checkpoint "
@@ -462,6 +491,23 @@ class Checkpointer:
         if committed:
             log.info("attempt %s: checkpoint %d committed (%s)", self._name, seq, self._status.get("manifest"))
         return committed
+
+
+def _dcp_complete(location: hostfiles.Location) -> bool:
+    """Whether the directory at ``location`` is empty, missing, or has a regular ``.metadata`` (links not followed)."""
+    try:
+        fd = hostfiles.open_directory(location)
+    except (FileNotFoundError, hostfiles.UnsafePath):
+        return True  # nothing to check here; the stage that follows says what is wrong with a link
+    try:
+        names = os.listdir(fd)
+        if not names:
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            return stat.S_ISREG(os.stat(".metadata", dir_fd=fd, follow_symlinks=False).st_mode)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _with_nulls(status: Object) -> Object:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from nodus.agent import restoring
+from nodus.agent import hostfiles, restoring
 from nodus.agent.manifests import Manifest, ManifestInvalid, merge
 from nodus.agent.restoring import RestoreFailed
 from nodus.agent.snapshots import Mirror
@@ -140,7 +140,7 @@ class CheckpointStore:
         )
 
     async def restore(
-        self, manifest_digest: str | Sequence[str], roots: Mapping[str, Path], mirror: Mirror
+        self, manifest_digest: str | Sequence[str], roots: Mapping[str, Path | hostfiles.Location], mirror: Mirror
     ) -> Manifest:
         """Make ``roots`` (the mirror's) exactly checkpoint ``manifest_digest``, then seed the mirror and
         :attr:`known` with it, so that the next checkpoint sends only what changed. All or nothing: on

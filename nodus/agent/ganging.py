@@ -14,8 +14,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from nodus.agent import launchers, meshing
-from nodus.agent.layout import AttemptLayout
+from nodus.agent import hostfiles, launchers, meshing
+from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.client import Client
 
 Object = dict[str, Any]
@@ -61,7 +61,9 @@ async def join(client: Client, attempt: Object, layout: AttemptLayout, argv: lis
 
 
 def _write_files(layout: AttemptLayout, files: dict[str, str]) -> None:
+    """Write the launcher's files into ``/nodus/gang``, each replacing whatever is at its name (never written
+    through a link an earlier run of the program may have left there: ``nodus.agent.hostfiles``)."""
+    gang = hostfiles.Location(layout.gang, (), f"{SANDBOX_NODUS_DIR}/gang")
     for name, content in files.items():
-        target = layout.gang / name
-        target.write_text(content)
-        target.chmod(0o755 if name.endswith((".py", ".sh")) else 0o644)
+        mode = 0o755 if name.endswith((".py", ".sh")) else 0o644
+        hostfiles.write_file(gang.child(name), content.encode(), mode)

@@ -36,7 +36,9 @@ that reports faster than the poll interval a sample is the average over one inte
 
 :class:`ProgressFileWatcher` tails the file and calls ``report(snapshot)`` at most once per
 ``min_interval`` and only with a changed snapshot, so a chatty program costs the API server at most
-one status write per interval; ``close()`` reads the rest and reports the final state.
+one status write per interval; ``close()`` reads the rest and reports the final state. The file is opened
+without following a link and only if it is a regular file (``nodus.agent.hostfiles``, ADR 0031): a program
+that replaces it with a link to a host file, or a fifo, gets nothing read.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+
+from nodus.agent import hostfiles
 
 log = logging.getLogger("nodus.agent.progress")
 
@@ -305,17 +309,18 @@ class ProgressFileWatcher:
 
     def _read(self) -> None:
         """Blocking: follow rotation and truncation, then feed every complete new line."""
-        try:
-            status = os.stat(self.path)
-        except FileNotFoundError:
-            status = None
-        if status is not None and (status.st_dev, status.st_ino) != self._identity:
-            if self._file is not None:
-                self._drain(self._file)  # the rest of the replaced file, then the new one
-                self._file.close()
-            self._file, self._identity = self.path.open("rb"), (status.st_dev, status.st_ino)
-            self._partial.clear()
-            self._discarding = False
+        fd = self._open()
+        if fd is not None:
+            status = os.fstat(fd)
+            if (status.st_dev, status.st_ino) == self._identity:
+                os.close(fd)
+            else:
+                if self._file is not None:
+                    self._drain(self._file)  # the rest of the replaced file, then the new one
+                    self._file.close()
+                self._file, self._identity = os.fdopen(fd, "rb"), (status.st_dev, status.st_ino)
+                self._partial.clear()
+                self._discarding = False
         if self._file is None:
             return
         if os.fstat(self._file.fileno()).st_size < self._file.tell():
@@ -323,6 +328,16 @@ class ProgressFileWatcher:
             self._partial.clear()
             self._discarding = False
         self._drain(self._file)
+
+    def _open(self) -> int | None:
+        """The file at :attr:`path` if it is a regular file, opened without following a link; else None."""
+        try:
+            return hostfiles.open_file(hostfiles.location(self.path))
+        except FileNotFoundError:
+            return None
+        except hostfiles.UnsafePath as exc:
+            log.warning("progress file not read: %s", exc)
+            return None
 
     def _drain(self, file: IO[bytes]) -> None:
         now, budget = self._clock(), READ_PER_POLL

@@ -12,9 +12,12 @@ first checkpoint after a restore copies and uploads only what changed since.
 sandbox; it must not get the agent to write a host path outside the roots. So a manifest whose
 entries are not under its roots, or whose entries are not all inside directory entries (no file
 "inside" a symbolic link), is refused (:meth:`~nodus.agent.manifests.Manifest.check`), and symbolic
-links are recreated but never followed. The host paths of the roots themselves are the caller's, and
-trusted. Modes are kept, except set-user-ID and set-group-ID bits, which a restore drops;
-modification times and owners are not kept.
+links are recreated but never followed. Each root is reached from the trusted host directory behind
+its mount one component at a time without following links (``nodus.agent.hostfiles``): the directory
+that holds a root is opened (and made, if missing) that way and every later step works through its
+descriptor, so a root whose path leads through a link fails the restore (:class:`RestoreFailed`) rather
+than writing where the link points (ADR 0031). Modes are kept, except set-user-ID and set-group-ID bits,
+which a restore drops; modification times and owners are not kept.
 
 Everything here is blocking filesystem work: call it from a worker thread (``asyncio.to_thread``).
 """
@@ -31,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from nodus.agent import hostfiles
 from nodus.agent.manifests import Manifest, root_of
 
 _RESTORED_MODE_BITS = 0o1777  # no set-user-ID or set-group-ID bits from a checkpoint
@@ -44,21 +48,25 @@ class Restoration:
     """One restore: the manifest's trees built in temporary siblings of the roots (``.nodus-restore-*``
     beside each), filled by :meth:`write` chunk by chunk, swapped in by :meth:`commit`.
 
-    ``roots`` maps each of the manifest's paths to its host path (more roots are left alone). Until
+    ``roots`` maps each of the manifest's paths to where it is on the host: a
+    :class:`~nodus.agent.hostfiles.Location` below a trusted directory, or a host path whose parent is
+    trusted (more roots are left alone). Until
     :meth:`commit`, the roots are untouched; :meth:`abort` (or leaving a ``with`` block without a
     commit) removes the siblings. :meth:`write` may be called from several threads at once. The swap
     renames each root, so restore before the sandbox binds them (a mount point cannot be renamed);
     with several roots, a failure during the swaps leaves the roots already swapped restored.
     """
 
-    def __init__(self, manifest: Manifest, roots: Mapping[str, Path]) -> None:
+    def __init__(self, manifest: Manifest, roots: Mapping[str, Path | hostfiles.Location]) -> None:
         manifest.check()
         missing = [path for path in manifest.paths if path not in roots]
         if missing:
             raise RestoreFailed(f"the checkpoint saved {missing}, which are not among the paths to restore")
         self.manifest = manifest
-        self._roots = {path: roots[path] for path in manifest.paths}
+        self._roots = {path: _below_parent(hostfiles.location(roots[path])) for path in manifest.paths}
         self._token = secrets.token_hex(4)
+        # The open directory holding each root; every path of the restore is below one of these.
+        self._parents: dict[str, int] = {}
         self._siblings: dict[str, Path] = {}
         self._places: dict[str, list[tuple[Path, int, int, str]]] = {}  # digest -> (file, offset, length, path)
         self._modes: list[tuple[Path, int]] = []
@@ -66,6 +74,9 @@ class Restoration:
         self._pending: set[str] = set()
         try:
             self._build()
+        except hostfiles.UnsafePath as exc:
+            self.abort()
+            raise RestoreFailed(f"{exc}: checkpoint paths are restored without following symbolic links") from None
         except BaseException:
             self.abort()
             raise
@@ -111,33 +122,38 @@ class Restoration:
         for file, mode in reversed(self._modes):  # children before parents: a read-only directory comes last
             os.chmod(file, mode & _RESTORED_MODE_BITS)
         for root, sibling in list(self._siblings.items()):
-            host = self._roots[root]
-            old = host.parent / f".nodus-restore-{self._token}-old"  # removed before the next root's swap
+            name, parent = self._roots[root].name, self._parents[root]
+            old = f".nodus-restore-{self._token}-old"  # removed before the next root's swap
             try:
-                os.rename(host, old)
+                os.rename(name, old, src_dir_fd=parent, dst_dir_fd=parent)
             except FileNotFoundError:
                 moved = False
             else:
                 moved = True
-            os.rename(sibling, host)
+            os.rename(sibling.name, name, src_dir_fd=parent, dst_dir_fd=parent)
             del self._siblings[root]
             if moved:
-                _remove(old)
+                _remove(hostfiles.pinned(parent) / old)
 
     def abort(self) -> None:
-        """Remove what was built and not swapped in; the roots stay as they were. Idempotent."""
+        """Remove what was built and not swapped in; the roots stay as they were. Idempotent (and what
+        leaving a ``with`` block does after a commit: it lets go of the roots' directories)."""
         for sibling in self._siblings.values():
             with contextlib.suppress(OSError):
                 _remove(sibling)
         self._siblings.clear()
+        for parent in self._parents.values():
+            os.close(parent)
+        self._parents.clear()
 
     def _build(self) -> None:
         """Create the directories, symbolic links and (sparse, full-size) files of every new tree."""
         size = self.manifest.chunk_size
         for n, root in enumerate(self.manifest.paths):
-            host = self._roots[root]
-            host.parent.mkdir(parents=True, exist_ok=True)
-            self._siblings[root] = host.parent / f".nodus-restore-{self._token}-{n}"
+            parent = hostfiles.open_directory(self._roots[root].parent, create=True)
+            self._parents[root] = parent
+            # Reached through the open directory, whatever the program may have done to the names above it.
+            self._siblings[root] = hostfiles.pinned(parent) / f".nodus-restore-{self._token}-{n}"
             if not any(entry.path == root for entry in self.manifest.entries):
                 # Missing when saved: an empty directory, since the sandbox binds the root.
                 os.mkdir(self._siblings[root], 0o700)
@@ -166,7 +182,9 @@ class Restoration:
         self._pending = set(self._places)
 
 
-def restore_into(manifest: Manifest, roots: Mapping[str, Path], read_chunk: Callable[[str], bytes]) -> None:
+def restore_into(
+    manifest: Manifest, roots: Mapping[str, Path | hostfiles.Location], read_chunk: Callable[[str], bytes]
+) -> None:
     """Make the roots exactly ``manifest``'s trees, reading each chunk once with ``read_chunk(digest)``.
 
     All or nothing (see :class:`Restoration`): on any failure (:class:`RestoreFailed` for a damaged
@@ -177,6 +195,13 @@ def restore_into(manifest: Manifest, roots: Mapping[str, Path], read_chunk: Call
         for digest in restoration.needed():
             restoration.write(digest, read_chunk(digest))
         restoration.commit()
+
+
+def _below_parent(location: hostfiles.Location) -> hostfiles.Location:
+    """``location`` with at least one component: a root that is a trusted base itself is renamed in its parent."""
+    if location.parts:
+        return location
+    return hostfiles.Location(location.base.parent, (location.base.name,), location.shown.rpartition("/")[0])
 
 
 def _remove(path: Path) -> None:

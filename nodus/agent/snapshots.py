@@ -14,11 +14,13 @@ chunk at a time to the uploader. The mirror's bookkeeping lives in memory: a new
 first checkpoint after it copies and uploads only what changed since.
 
 **Safety.** The roots belong to the program, which runs as the agent's user but sees only its
-sandbox; it must not get the agent to read a host path outside the roots. So the walk and the copies
-open every directory and file relative to its parent's descriptor with ``O_NOFOLLOW`` (a directory
-swapped for a symbolic link mid-walk is skipped, never followed), and symbolic links are recorded,
-never followed. The host paths of the roots themselves are the caller's, and trusted. Modes are
-recorded; modification times and owners are not.
+sandbox; it must not get the agent to read a host path outside the roots. So each root is reached from
+the trusted host directory behind its mount one component at a time without following links
+(``nodus.agent.hostfiles``: a root whose path leads through a link raises
+:class:`~nodus.agent.hostfiles.UnsafePath`; a root that is itself a link is recorded as one), and the walk
+and the copies open every directory and file relative to its parent's descriptor with ``O_NOFOLLOW`` (a
+directory swapped for a symbolic link mid-walk is skipped, never followed); symbolic links are recorded,
+never followed (ADR 0031). Modes are recorded; modification times and owners are not.
 
 Everything here is blocking filesystem work: call it from a worker thread (``asyncio.to_thread``).
 """
@@ -39,6 +41,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from nodus.agent import hostfiles
 from nodus.agent.manifests import CHUNK_SIZE, Entry, Format, Manifest, check_roots
 
 # Format belongs to manifests; it is re-exported because callers (checkpointing) name it snapshots.Format.
@@ -121,15 +124,18 @@ class Mirror:
 
     ``directory`` is the agent's own, out of the program's sight (and on the roots' filesystem, for
     fast copies); its ``files/`` subdirectory is emptied on construction. ``roots`` maps each root as
-    the program sees it (``/nodus/state``) to the host directory behind it. One checkpoint at a time:
+    the program sees it (``/nodus/state``) to where it is on the host: a
+    :class:`~nodus.agent.hostfiles.Location` below a trusted directory, or a host path whose parent is
+    trusted. One checkpoint at a time:
     do not stage while chunks of the previous manifest are still being read. :meth:`stage`,
     :meth:`manifest` and :meth:`seed` take a lock, so a call whose awaiting task was cancelled (its
     worker thread runs on) finishes before the next one starts.
     """
 
-    def __init__(self, directory: Path, roots: Mapping[str, Path]) -> None:
+    def __init__(self, directory: Path, roots: Mapping[str, Path | hostfiles.Location]) -> None:
         check_roots(list(roots), ValueError)
         self.roots = dict(roots)
+        self._places = {root: hostfiles.location(where) for root, where in roots.items()}
         self.files = directory / "files"
         shutil.rmtree(self.files, ignore_errors=True)
         self.files.mkdir(parents=True)
@@ -144,8 +150,9 @@ class Mirror:
         """Bring the mirror up to date with the roots: copy new and changed files, drop vanished ones.
 
         Raises :class:`TooLarge` after the walk and before any copy when the files add up to more than
-        ``max_size`` bytes. A missing root counts as empty. Files that vanish or turn into something
-        else during the walk are skipped (listed in ``skipped``), never followed.
+        ``max_size`` bytes, :class:`~nodus.agent.hostfiles.UnsafePath` for a root whose path leads through a
+        link. A missing root counts as empty. Files that vanish or turn into something else during the walk
+        are skipped (listed in ``skipped``), never followed.
         """
         with self._lock:
             return self._stage(max_size)
@@ -153,8 +160,8 @@ class Mirror:
     def _stage(self, max_size: int) -> Staged:
         found: list[_Found] = []
         skipped: list[str] = []
-        for root, host in self.roots.items():
-            _scan_root(root, host, found, skipped)
+        for root, location in self._places.items():
+            _scan_root(root, location, found, skipped)
         size = sum(item.entry.size for item in found if item.entry.type == "file")
         if size > max_size:
             raise TooLarge(size, max_size)
@@ -162,7 +169,7 @@ class Mirror:
         kept: dict[str, _Copy] = {}
         copied = copied_bytes = 0
         try:
-            with _Directories(self.roots) as directories:
+            with _Directories(self._places) as directories:
                 for item in found:
                     entry = item.entry
                     if entry.type == "file":
@@ -277,6 +284,9 @@ class Mirror:
         path = item.entry.path
         try:
             source = directories.open_file(item.root, item.parts)
+        except hostfiles.UnsafePath:
+            skipped.append(f"{path}: skipped: it now leads through a symbolic link")
+            return None
         except OSError as exc:
             skipped.append(f"{path}: skipped: {exc.strerror or exc}")
             return None
@@ -319,16 +329,16 @@ def _held(status: os.stat_result) -> tuple[int, ...]:
     return (status.st_ino, status.st_size, status.st_mtime_ns)
 
 
-def _scan_root(root: str, host: Path, found: list[_Found], skipped: list[str]) -> None:
+def _scan_root(root: str, location: hostfiles.Location, found: list[_Found], skipped: list[str]) -> None:
     """Add ``root`` and, for a directory, everything under it to ``found`` (symbolic links not followed)."""
     try:
-        status = os.lstat(host)
+        status = hostfiles.lstat(location)
     except FileNotFoundError:
         return
-    if not _add(root, root, (), status, lambda: os.readlink(host), found, skipped):
+    if not _add(root, root, (), status, lambda: hostfiles.readlink(location), found, skipped):
         return
     try:
-        fd = os.open(host, _DIR_FLAGS)
+        fd = hostfiles.open_directory(location)
     except OSError as exc:
         skipped.append(f"{root}: skipped: {exc.strerror or exc}")
         return
@@ -399,7 +409,7 @@ class _Directories:
     """Opens files of the roots through their parents' descriptors, never through a symbolic link.
     Files come in walk order, so the descriptor of the last directory is kept for its next file."""
 
-    def __init__(self, roots: Mapping[str, Path]) -> None:
+    def __init__(self, roots: Mapping[str, hostfiles.Location]) -> None:
         self._roots = roots
         self._open: tuple[tuple[str, tuple[str, ...]], int] | None = None
 
@@ -412,22 +422,14 @@ class _Directories:
             self._open = None
 
     def open_file(self, root: str, parts: tuple[str, ...]) -> int:
-        host = self._roots[root]
-        if not parts:
-            return os.open(host, _FILE_FLAGS)
+        target = self._roots[root].child(*parts)
+        if not target.parts:
+            return os.open(target.base, _FILE_FLAGS)  # the trusted base itself
         key = (root, parts[:-1])
         if self._open is None or self._open[0] != key:
             self.__exit__()
-            fd = os.open(host, _DIR_FLAGS)
-            try:
-                for name in parts[:-1]:
-                    parent, fd = fd, os.open(name, _DIR_FLAGS, dir_fd=fd)
-                    os.close(parent)
-            except BaseException:
-                os.close(fd)
-                raise
-            self._open = (key, fd)
-        return os.open(parts[-1], _FILE_FLAGS, dir_fd=self._open[1])
+            self._open = (key, hostfiles.open_directory(target.parent))
+        return os.open(target.name, _FILE_FLAGS, dir_fd=self._open[1])
 
 
 def _copy_contents(source: int, target: int) -> int:

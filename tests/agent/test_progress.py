@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -221,3 +222,18 @@ async def test_background_watcher_with_a_real_program(tmp_path: Path) -> None:
     assert 1 <= len(reports.snapshots) <= elapsed / 0.2 + 2
     assert reports.snapshots[-1]["progress"]["units"] == {"completed": 100_000}
     assert reports.snapshots[-1]["progress"]["metrics"] == {"loss": "1e-05"}
+
+
+async def test_a_progress_file_replaced_by_a_link_or_a_fifo_is_not_read(tmp_path: Path) -> None:
+    # A host file that happens to be valid progress JSON, which a link would turn into the Job's status.
+    (tmp_path / "host-file").write_text('{"cursor": "host secret"}\n')
+    path, reports = tmp_path / "progress", Reports()
+    path.symlink_to(tmp_path / "host-file")
+    watcher = progress.ProgressFileWatcher(path, reports, min_interval=0)
+    await watcher.poll()
+    path.unlink()
+    os.mkfifo(path)  # a blocking open would wait for a writer
+    await asyncio.wait_for(watcher.poll(), 5)
+    await watcher.close()
+    assert watcher.tracker.cursor is None
+    assert all("resumeCursor" not in snapshot for snapshot in reports.snapshots)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodus.agent import restoring
+from nodus.agent import hostfiles, restoring
 from nodus.agent.manifests import CHUNK_SIZE, Entry, Manifest, ManifestInvalid
 from nodus.agent.restoring import RestoreFailed
 from nodus.agent.snapshots import Mirror
@@ -108,3 +108,19 @@ def test_restore_refuses_paths_outside_its_roots(tmp_path: Path, mirror: Mirror,
     with pytest.raises(ManifestInvalid, match="parent is not a directory"):
         restoring.restore_into(through_link, {STATE: tmp_path / "x"}, chunks_of(mirror))
     assert not (tmp_path / "x").exists()
+
+
+def test_a_root_whose_path_leads_through_a_link_is_not_restored_there(
+    tmp_path: Path, mirror: Mirror, state: Path
+) -> None:
+    (state / "a").write_text("checkpointed")
+    manifest = checkpoint(mirror)
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    (workdir / "run").symlink_to(host)  # an earlier run of the program left a link above the root
+    into = {STATE: hostfiles.Location(workdir, ("run", "state"), "/workspace")}
+    with pytest.raises(RestoreFailed, match="/workspace/run is a symbolic link"):
+        restoring.restore_into(manifest, into, chunks_of(mirror))
+    assert list(host.iterdir()) == []

@@ -16,21 +16,31 @@ A sink loads a file output (CSV, JSON lines or Parquet, see ``sinks``) into a ta
 Postgres Connection in one transaction; its result (``Loaded`` and rows, or ``Failed`` and why) is
 reported on the output and never fails the index: the output itself is committed either way.
 
-Failures to collect raise :class:`~nodus.agent.materializing.PrepareFailed` with reason
+Paths and links (ADR 0031): a path is resolved below the host directory behind its sandbox mount, one
+component at a time without following links (``nodus.agent.hostfiles``); a path with a ``.``, ``..`` or
+empty component, or that leads through a symbolic link, or that names anything but a regular file or a
+directory, fails the attempt with ``OutputPathUnsafe`` and nothing of it is read. A directory output is
+packed without following links: a link in it is a link member of the archive, never its target. The file
+a sink loads is the one collection opened.
+
+Other failures to collect raise :class:`~nodus.agent.materializing.PrepareFailed` with reason
 ``OutputCollectionFailed`` (the attempt fails as a customer failure).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
+import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nodus.agent import archives, sinks
+from nodus.agent import archives, hostfiles, sinks
 from nodus.agent.layout import NODUS_DIRECTORIES, SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
 from nodus.client import Client, errors
@@ -49,18 +59,22 @@ class Collected:
     volumes: list[Object] = field(default_factory=list)
 
 
-def host_path(path: str, layout: AttemptLayout, prepared: Prepared) -> Path | None:
-    """The host path of sandbox path ``path``, if it is on a directory that outlives the program."""
+def locate(path: str, layout: AttemptLayout, prepared: Prepared) -> hostfiles.Location | None:
+    """Where sandbox path ``path`` is on the host, if it is on a directory that outlives the program: below the
+    host directory behind its mount (a trusted base), each component to be opened without following links.
+
+    Raises :class:`~nodus.agent.hostfiles.UnsafePath` for a path that is not absolute and normalised (an
+    empty, ``.`` or ``..`` component), which the API refuses and the agent never resolves."""
+    parts = path.split("/")[1:]
+    if not path.startswith("/") or (path != "/" and not all(hostfiles.is_name(part) for part in parts)):
+        raise hostfiles.UnsafePath(path, "is not an absolute path without '.', '..' or empty components")
     sandbox = PurePosixPath(path)
-    for name in NODUS_DIRECTORIES:
-        top = PurePosixPath(SANDBOX_NODUS_DIR) / name
-        if sandbox == top or sandbox.is_relative_to(top):
-            return layout.nodus_dir / name / sandbox.relative_to(top)
+    tops = [(f"{SANDBOX_NODUS_DIR}/{name}", layout.nodus_dir / name) for name in NODUS_DIRECTORIES]
     # The longest mount wins: a Volume mounted inside the working directory hides that part of it.
-    for prefix in sorted(prepared.persistent, key=len, reverse=True):
-        top = PurePosixPath(prefix)
-        if sandbox == top or sandbox.is_relative_to(top):
-            return prepared.persistent[prefix] / sandbox.relative_to(top)
+    tops += sorted(prepared.persistent.items(), key=lambda item: len(item[0]), reverse=True)
+    for top, host in tops:
+        if sandbox == PurePosixPath(top) or sandbox.is_relative_to(top):
+            return hostfiles.Location(host, sandbox.relative_to(top).parts, top)
     return None
 
 
@@ -76,24 +90,45 @@ async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepar
         declared.append((IMPLICIT_OUTPUT, f"{SANDBOX_NODUS_DIR}/outputs", None))
     connections = {str(c["name"]): c for c in spec.get("connections") or []}
     for name, path, sink in declared:
-        source = host_path(path, layout, prepared)
-        if source is None or not await asyncio.to_thread(source.exists):
-            where = "does not exist" if source is not None else "is not on a directory that outlives the program"
-            raise PrepareFailed(
-                "OutputCollectionFailed",
-                f"Output {name}: {path} {where}. Write outputs under /nodus/outputs, the working directory or a "
-                "writable Volume (/tmp is private to the sandbox).",
-            )
-        output = await _commit(client, namespace, name, path, source, staging)
-        if spec.get("gang"):
-            output["rank"] = int(spec.get("rank") or 0)
-        if sink:
-            output["sink"] = await _load(sink, source, connections, prepared)
+        fd, status = await asyncio.to_thread(_open_output, name, path, layout, prepared)
+        try:
+            output = await _commit(client, namespace, name, path, fd, status, staging)
+            if spec.get("gang"):
+                output["rank"] = int(spec.get("rank") or 0)
+            if sink:
+                output["sink"] = await _load(sink, fd, status, path, staging, connections, prepared)
+        finally:
+            os.close(fd)
         collected.outputs.append(output)
     for mount in spec.get("volumes") or []:
         if not mount.get("readOnly"):
             collected.volumes.append(await _new_revision(client, namespace, attempt, mount, prepared, staging))
     return collected
+
+
+def _open_output(name: str, path: str, layout: AttemptLayout, prepared: Prepared) -> tuple[int, os.stat_result]:
+    """The output's regular file or directory, opened without following a link; PrepareFailed otherwise."""
+    try:
+        location = locate(path, layout, prepared)
+        if location is None:
+            raise PrepareFailed(
+                "OutputCollectionFailed",
+                f"Output {name}: {path} is not on a directory that outlives the program. Write outputs under "
+                "/nodus/outputs, the working directory or a writable Volume (/tmp is private to the sandbox).",
+            )
+        return hostfiles.open_entry(location)
+    except FileNotFoundError:
+        raise PrepareFailed(
+            "OutputCollectionFailed",
+            f"Output {name}: {path} does not exist. Write outputs under /nodus/outputs, the working directory or a "
+            "writable Volume (/tmp is private to the sandbox).",
+        ) from None
+    except hostfiles.UnsafePath as exc:
+        raise PrepareFailed(
+            "OutputPathUnsafe",
+            f"Output {name}: {exc}. Outputs are read without following symbolic links: write the file or "
+            f"directory itself at {path}.",
+        ) from None
 
 
 def _collected_here(output: Object, spec: Object) -> bool:
@@ -104,23 +139,32 @@ def _collected_here(output: Object, spec: Object) -> bool:
     return int(spec.get("rank") or 0) == 0 or output.get("fromRanks") == "All"
 
 
-async def _commit(client: Client, namespace: str, name: str, path: str, source: Path, staging: Path) -> Object:
-    """Upload one output. A directory is packed first (its digest comes with the archive); a file is
-    hashed while it is sent, and the server's digest of what it stored must be the same."""
+async def _commit(
+    client: Client, namespace: str, name: str, path: str, fd: int, status: os.stat_result, staging: Path
+) -> Object:
+    """Upload one output, opened as ``fd``. A directory is packed first (its digest comes with the archive); a
+    file is hashed while it is sent, and the server's digest of what it stored must be the same."""
     hasher = hashlib.sha256()
-    if await asyncio.to_thread(source.is_dir):
+    if stat.S_ISDIR(status.st_mode):
         packed = staging / f"{name}.tar.zst"
-        digest, size = await asyncio.to_thread(archives.pack_to_file, source, packed)
-        media_type, upload, expected = archives.TAR_ZSTD, packed, f"sha256:{digest}"
+        try:
+            digest, size = await asyncio.to_thread(archives.pack_to_file, fd, packed, shown=path)
+        except hostfiles.UnsafePath as exc:
+            raise PrepareFailed(
+                "OutputPathUnsafe", f"Output {name}: {exc}; outputs are packed without following symbolic links."
+            ) from None
+        except (archives.ArchiveError, OSError) as exc:
+            raise PrepareFailed("OutputCollectionFailed", f"Output {name}: {path} could not be packed: {exc}") from None
+        media_type, upload, expected = archives.TAR_ZSTD, _chunks(packed), f"sha256:{digest}"
     else:
-        media_type, upload, expected = OCTET_STREAM, source, None
+        packed, media_type, upload, expected = None, OCTET_STREAM, _descriptor_chunks(fd, hasher), None
     try:
-        stored = await client.upload_blob(namespace, _chunks(upload, hasher), media_type, digest=expected)
+        stored = await client.upload_blob(namespace, upload, media_type, digest=expected)
     except errors.APIError as exc:
         raise PrepareFailed("OutputCollectionFailed", f"Output {name}: the upload failed: {exc}") from None
     finally:
-        if upload.parent == staging:
-            upload.unlink(missing_ok=True)
+        if packed is not None:
+            await asyncio.to_thread(packed.unlink, missing_ok=True)
     if expected is None:
         digest, size = hasher.hexdigest(), int(stored.get("size") or 0)
         if stored.get("digest") != f"sha256:{digest}":
@@ -132,21 +176,59 @@ async def _commit(client: Client, namespace: str, name: str, path: str, source: 
     return {"name": name, "path": path, "sha256": digest, "size": size}
 
 
-async def _load(sink: Object, source: Path, connections: dict[str, Object], prepared: Prepared) -> Object:
+async def _load(
+    sink: Object,
+    fd: int,
+    status: os.stat_result,
+    path: str,
+    staging: Path,
+    connections: dict[str, Object],
+    prepared: Prepared,
+) -> Object:
     connection = connections.get(str(sink.get("connection"))) or {}
     secret = connection.get("secret") or {}
     dsn = prepared.secret_values.get(str(secret.get("name")), {}).get(str(secret.get("key") or "dsn"))
     if dsn is None:
         return {"phase": "Failed", "message": f"Connection {sink.get('connection')} has no DSN in its Secret."}
-    if await asyncio.to_thread(source.is_dir):
+    if stat.S_ISDIR(status.st_mode):
         return {"phase": "Failed", "message": "A sink loads a file (CSV, JSON lines or Parquet), not a directory."}
+    # The sink reads the file collection opened, by a name of the agent's own (a hard link, or a copy).
+    staged = staging / "sink" / PurePosixPath(path).name
+    await asyncio.to_thread(_stage, fd, staged)
     try:
         rows = await sinks.load(
-            dsn.decode("utf-8"), str(sink["table"]), source, sink.get("mode") or "Append", policy=prepared.reach
+            dsn.decode("utf-8"), str(sink["table"]), staged, sink.get("mode") or "Append", policy=prepared.reach
         )
     except sinks.SinkError as exc:
         return {"phase": "Failed", "message": str(exc)}
+    finally:
+        await asyncio.to_thread(_unstage, staged)
     return {"phase": "Loaded", "rows": rows}
+
+
+def _stage(fd: int, staged: Path) -> None:
+    """Give the open file ``fd`` the name ``staged`` in the agent's own directory: a hard link to the same inode
+    (``/proc/self/fd`` names the file itself, never a path the program could change), or a copy."""
+    staged.parent.mkdir(exist_ok=True)
+    try:
+        os.link(f"/proc/self/fd/{fd}", staged, follow_symlinks=True)
+        return
+    except OSError:
+        pass  # another file system, or hard links refused: copy
+    out = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        offset = 0
+        while piece := os.pread(fd, _READ_BYTES, offset):
+            os.write(out, piece)
+            offset += len(piece)
+    finally:
+        os.close(out)
+
+
+def _unstage(staged: Path) -> None:
+    staged.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        staged.parent.rmdir()
 
 
 async def _new_revision(
@@ -155,7 +237,12 @@ async def _new_revision(
     volume = str(mount["volume"])
     host = prepared.persistent[str(mount["mountPath"])]
     packed = staging / f"volume-{volume}.tar.zst"
-    await asyncio.to_thread(archives.pack_to_file, host, packed)
+    try:
+        await asyncio.to_thread(archives.pack_to_file, host, packed, shown=str(mount["mountPath"]))
+    except hostfiles.UnsafePath as exc:
+        raise PrepareFailed(
+            "OutputPathUnsafe", f"Volume {volume}: {exc}; Volumes are packed without following symbolic links."
+        ) from None
     path = f"/apis/nodus.dev/v1/namespaces/{namespace}/volumes/{volume}/revisions"
     spec = attempt.get("spec") or {}
     params = {"source": f"job {spec.get('job')} index {spec.get('index')} attempt {spec.get('number')}"}
@@ -172,10 +259,17 @@ async def _new_revision(
     return {"volume": volume, "mountPath": mount["mountPath"], "readOnly": False, "revision": number}
 
 
-async def _chunks(path: Path, hasher: Any | None = None) -> AsyncIterator[bytes]:
-    """The file's bytes in 1 MiB reads (off the event loop), fed to ``hasher`` when given."""
+async def _chunks(path: Path) -> AsyncIterator[bytes]:
+    """The file's bytes in 1 MiB reads (off the event loop)."""
     with path.open("rb") as handle:
         while chunk := await asyncio.to_thread(handle.read, _READ_BYTES):
-            if hasher is not None:
-                hasher.update(chunk)
             yield chunk
+
+
+async def _descriptor_chunks(fd: int, hasher: Any) -> AsyncIterator[bytes]:
+    """The bytes of the open file ``fd`` from its start, in 1 MiB reads (off the event loop), fed to ``hasher``."""
+    offset = 0
+    while chunk := await asyncio.to_thread(os.pread, fd, _READ_BYTES, offset):
+        offset += len(chunk)
+        hasher.update(chunk)
+        yield chunk

@@ -21,7 +21,10 @@ Where things land (host side -> inside the sandbox):
 A failure raises :class:`PrepareFailed` with the Attempt reason to report: ``InputDigestMismatch``,
 ``SecretChanged`` and ``SourceUnavailable`` fail the Job at once (the same content would fail the
 same way), ``InputFetchFailed`` counts as a customer failure and is retried. ``DestinationRefused``
-(a URL, bucket endpoint or repository the agent must not reach, ADR 0032) fails the Job at once too.
+(a URL, bucket endpoint or repository the agent must not reach, ADR 0032) fails the Job at once too, as
+``ArchiveUnsafe`` does (a source blob, Volume revision or input archive that ``nodus.agent.archives`` refuses:
+a link, a device, a ``..`` name, or past its bounds; ADR 0031). Files the agent writes into the program's
+tree (Secrets, Connections) replace whatever is at their names, never write through it (``hostfiles``).
 Values of Secrets are never logged and never part of a message.
 """
 
@@ -32,11 +35,13 @@ import base64
 import binascii
 import os
 import shutil
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nodus.agent import archives, fetching, source
+from nodus.agent import archives, fetching, hostfiles, source, unpacking
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.runtime import Mount
 from nodus.apimachinery import destinations
@@ -78,9 +83,11 @@ async def prepare(
     trust_ca: str | None = None,
     *,
     reach: destinations.Policy,
+    unpacker: unpacking.Unpacker | None = None,
 ) -> Prepared:
     """Fetch everything ``attempt`` reads into ``layout``, from destinations ``reach`` allows; raises
-    PrepareFailed."""
+    PrepareFailed. Archives are unpacked by ``unpacker`` (default: in this process)."""
+    unpacker = unpacker or unpacking.Unpacker()
     spec = attempt.get("spec") or {}
     namespace = str(attempt["metadata"]["namespace"])
     prepared = Prepared(persistent={working_dir: layout.workdir}, reach=reach)
@@ -95,15 +102,19 @@ async def prepare(
         if connection.get("exposed"):
             prepared.env.update(_expose(connection, values, layout))
     for item in spec.get("inputs") or []:
-        prepared.inputs.append(await _input(client, namespace, item, layout, connections, values, trust_ca, reach))
+        prepared.inputs.append(
+            await _input(client, namespace, item, layout, connections, values, trust_ca, reach, unpacker)
+        )
     for number, mount in enumerate(spec.get("volumes") or []):
         host = layout.directory / "volumes" / str(number)
-        await _unpack_blob(client, namespace, mount.get("blob"), host, f"Volume {mount['volume']}")
+        await _unpack_blob(client, namespace, mount.get("blob"), host, f"Volume {mount['volume']}", unpacker)
         prepared.mounts.append(Mount(host, str(mount["mountPath"]), bool(mount.get("readOnly"))))
         if not mount.get("readOnly"):
             prepared.persistent[str(mount["mountPath"])] = host
     if spec.get("source"):
-        prepared.source = await _source(client, namespace, spec["source"], layout, working_dir, prepared, trust_ca)
+        prepared.source = await _source(
+            client, namespace, spec["source"], layout, working_dir, prepared, trust_ca, unpacker
+        )
     return prepared
 
 
@@ -122,14 +133,32 @@ async def _secrets(client: Client, namespace: str, spec: Object, layout: Attempt
             values[name] = {str(k): base64.b64decode(v, validate=True) for k, v in data.items()}
         except (binascii.Error, ValueError):
             raise PrepareFailed("SecretChanged", f'Secret "{name}" came back malformed.') from None
-        directory = layout.secrets / name
-        directory.mkdir(mode=0o700, exist_ok=True)
-        for key, value in values[name].items():
-            target = directory / key
-            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(value)
+        try:
+            await asyncio.to_thread(_write_files, layout.secrets, f"{SANDBOX_NODUS_DIR}/secrets", name, values[name])
+        except hostfiles.UnsafePath as exc:
+            raise PrepareFailed("SecretChanged", f'Secret "{name}" cannot be written as files: {exc}') from None
     return values
+
+
+def _write_files(base: Path, shown: str, name: str, files: dict[str, bytes]) -> None:
+    """Write ``files`` (mode 0400) into ``base/name/`` (0700), a directory of the agent's in the program's tree.
+
+    An agent restarted mid-attempt writes them again where the program may have planted links: whatever is at
+    those names is replaced, never written through, and a link or file where the directory belongs is removed
+    (``nodus.agent.hostfiles``, ADR 0031)."""
+    directory = hostfiles.Location(base, (name,), shown)
+    try:
+        fd = hostfiles.open_directory(directory, create=True, mode=0o700)
+    except hostfiles.UnsafePath:
+        hostfiles.remove(directory)
+        fd = hostfiles.open_directory(directory, create=True, mode=0o700)
+    try:
+        for key, value in files.items():
+            if not hostfiles.is_name(key):
+                raise hostfiles.UnsafePath(f"{directory}/{key}", "is not a file name")
+            hostfiles.write_at(fd, key, value, 0o400, f"{directory}/{key}")
+    finally:
+        os.close(fd)
 
 
 def _secret_env(items: list[Object] | None, values: dict[str, dict[str, bytes]]) -> dict[str, str]:
@@ -195,12 +224,10 @@ def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: At
         if dsn is not None:
             files["dsn"] = dsn
             env[connection_variable(name, "DSN")] = dsn.decode("utf-8", "replace")
-    directory = layout.connections / name
-    directory.mkdir(mode=0o700, exist_ok=True)
-    for field, value in files.items():
-        descriptor = os.open(directory / field, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(value)
+    try:
+        _write_files(layout.connections, f"{SANDBOX_NODUS_DIR}/connections", name, files)
+    except hostfiles.UnsafePath as exc:
+        raise PrepareFailed("SecretChanged", f"Connection {name} cannot be written as files: {exc}") from None
     return env
 
 
@@ -213,6 +240,7 @@ async def _input(
     secrets: dict[str, dict[str, bytes]],
     trust_ca: str | None,
     reach: destinations.Policy,
+    unpacker: unpacking.Unpacker,
 ) -> Object:
     name = str(item["name"])
     target = layout.inputs / name
@@ -223,7 +251,7 @@ async def _input(
         elif item.get("bucket"):
             digest = await _bucket(item["bucket"], target, expected, connections, secrets, reach)
         else:
-            await _unpack_blob(client, namespace, item.get("blob"), target, f"input {name}")
+            await _unpack_blob(client, namespace, item.get("blob"), target, f"input {name}", unpacker)
             digest = str(expected or "")
     except destinations.Refused as exc:
         raise PrepareFailed("DestinationRefused", f"Input {name}: {exc}; {exc.fix}") from None
@@ -261,27 +289,49 @@ async def _bucket(
     )
 
 
-async def _unpack_blob(client: Client, namespace: str, blob: Any, target: Path, what: str) -> None:
-    """Unpack blob ``sha256:...`` at ``target`` (a directory for archives, else a file); none: empty dir."""
+async def _unpack_blob(
+    client: Client, namespace: str, blob: Any, target: Path, what: str, unpacker: unpacking.Unpacker
+) -> None:
+    """Unpack blob ``sha256:...`` at ``target`` (a directory for archives, else a file); none: empty dir.
+
+    Whatever an earlier run of the attempt left at ``target`` (an agent restarted mid-attempt) is removed
+    first, without following links. An archive ``unpacker`` refuses fails with ``ArchiveUnsafe``."""
     if not blob:
         await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
         return
     path = f"/apis/nodus.dev/v1/namespaces/{namespace}/blobs/{blob}"
-    download = target.parent / f".{target.name}.download"
     target.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh name (O_EXCL, never a link left there), beside the target: on its file system, out of the sandbox.
+    descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".download")
+    download = Path(name)
     try:
-        head = await client.request("HEAD", path)
-        media_type = head.headers.get("content-type", "application/octet-stream").split(";")[0].strip()
-        with download.open("wb") as handle:
+        with os.fdopen(descriptor, "wb") as handle:
+            head = await client.request("HEAD", path)
+            media_type = head.headers.get("content-type", "application/octet-stream").split(";")[0].strip()
             async for chunk in client.download(path):
                 handle.write(chunk)
-        archives.unpack(download, target, media_type)
+        await asyncio.to_thread(_clear, target)
+        await unpacker.unpack(download, target, media_type)
+    except archives.ArchiveError as exc:
+        raise PrepareFailed("ArchiveUnsafe", f"The content of {what} ({blob}) was not unpacked: {exc}") from None
     except errors.NotFound:
         raise PrepareFailed("InputUnavailable", f"The content of {what} ({blob}) is gone.") from None
     except errors.APIError as exc:
         raise PrepareFailed("InputFetchFailed", f"Could not fetch {what} ({blob}): {exc}") from None
     finally:
-        download.unlink(missing_ok=True)
+        await asyncio.to_thread(download.unlink, missing_ok=True)
+
+
+def _clear(target: Path) -> None:
+    """Remove the file or tree at ``target``; a link is removed itself (``shutil.rmtree`` walks by descriptor)."""
+    try:
+        status = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        shutil.rmtree(target)
+    else:
+        target.unlink()
 
 
 async def _source(
@@ -292,6 +342,7 @@ async def _source(
     working_dir: str,
     prepared: Prepared,
     trust_ca: str | None,
+    unpacker: unpacking.Unpacker,
 ) -> Object:
     path = str(spec.get("path") or working_dir)
     if PurePosixPath(path) == PurePosixPath(working_dir):
@@ -303,12 +354,11 @@ async def _source(
         prepared.mounts.append(Mount(host, path, False))
         prepared.persistent[path] = host
     if spec.get("blob"):
-        if host.exists() and host != layout.workdir:
-            shutil.rmtree(host)
         try:
-            await _unpack_blob(client, namespace, spec["blob"], host, "the source blob")
+            await _unpack_blob(client, namespace, spec["blob"], host, "the source blob", unpacker)
         except PrepareFailed as exc:
-            raise PrepareFailed("SourceUnavailable", str(exc)) from None
+            reason = exc.reason if exc.reason == "ArchiveUnsafe" else "SourceUnavailable"
+            raise PrepareFailed(reason, str(exc)) from None
         return {"blob": str(spec["blob"])}
     git = spec.get("git") or {}
     try:

@@ -250,6 +250,16 @@ _add(
     "The source is checked out before initCommand; a missing ref or blob fails the Job at once.",
 )
 _add(
+    "ArchiveUnsafe",
+    "An archive the Job reads (its source blob, a Volume revision or an output used as an input) was refused.",
+    "Rebuild the archive with regular files and directories only, relative names without .. and no links (tar -h "
+    "stores what a link points to), within the bounds the message names; then upload it again and create the Job "
+    "again.",
+    "The agent unpacks archives member by member and never writes a symbolic or hard link, a device, a fifo, an "
+    "absolute name or a name with a .. component, nor past 1 TiB or a million members (docs/data-plane.md, Paths "
+    "and links). The Job fails at once: the same archive would be refused again.",
+)
+_add(
     "InitFailed",
     "spec.initCommand failed or timed out.",
     "Read its log lines in the message and its logs (nodus logs attempt/<name> -c init).",
@@ -270,6 +280,16 @@ _add(
     "in spec.outputs exists when the program ends.",
     "Outputs are collected when an index succeeds; an output that cannot be collected fails the attempt (a "
     "customer failure, counted against spec.backoffLimit).",
+)
+
+_add(
+    "OutputPathUnsafe",
+    "An output (or a writable Volume) leads through a symbolic link, or is not a regular file or directory.",
+    "Write the output file or directory itself at the path spec.outputs names, not a symbolic link to it (links "
+    "inside an output directory are kept as links); the message names the path.",
+    "The agent reads outputs below the directory behind their mount one component at a time and never follows a "
+    "link, so that a program cannot make it upload a file of the host (docs/data-plane.md, Paths and links). A "
+    "customer failure, counted against spec.backoffLimit.",
 )
 
 _add(

@@ -44,7 +44,14 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
 PERMANENT_REASONS = frozenset(
-    {"InputDigestMismatch", "SecretChanged", "SourceUnavailable", "InputUnavailable", "DestinationRefused"}
+    {
+        "InputDigestMismatch",
+        "SecretChanged",
+        "SourceUnavailable",
+        "InputUnavailable",
+        "DestinationRefused",
+        "ArchiveUnsafe",
+    }
 )
 
 

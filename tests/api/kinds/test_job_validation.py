@@ -390,7 +390,7 @@ INVALID_JOBS = [
     pytest.param(lambda b: b.outputs(output("outputs")), [(INVALID, "spec.outputs[0].name")], id="output-outputs"),
     pytest.param(lambda b: b.outputs(output("nodus.logs")), [(INVALID, "spec.outputs[0].name")], id="output-nodus"),
     pytest.param(
-        lambda b: b.volumes(mount("/data"), mount("/data/")),
+        lambda b: b.volumes(mount("/data"), mount("/data")),
         [(DUPLICATE, "spec.volumes[1].mountPath")],
         id="mount-duplicate",
     ),
@@ -465,14 +465,62 @@ def test_invalid_job_is_refused_at_its_field(mutate: Mutation, expected: list[tu
         pytest.param("/boot", id="boot"),
         pytest.param("/nodus", id="nodus"),
         pytest.param("/nodus/inputs/raw", id="under-nodus"),
-        pytest.param("/data/../etc", id="dot-dot-into-etc"),
-        pytest.param("//etc", id="double-slash"),
     ],
 )
 def test_system_mount_paths_are_refused(mount_path: str) -> None:
     _, errors = create(make_job().volumes(mount(mount_path)).build())
     assert kinds_and_fields(errors) == [(INVALID, "spec.volumes[0].mountPath")]
     assert "system path" in errors[0].detail
+
+
+PATH_FIELDS = [
+    pytest.param(lambda b, p: b.outputs(output("model", p)), "spec.outputs[0].path", id="output-path"),
+    pytest.param(
+        lambda b, p: b.set("spec.recovery.checkpoint.paths", ["/nodus/state", p]),
+        "spec.recovery.checkpoint.paths[1]",
+        id="checkpoint-path",
+    ),
+    pytest.param(lambda b, p: b.volumes(mount(p)), "spec.volumes[0].mountPath", id="mount-path"),
+    pytest.param(lambda b, p: b.set("spec.workingDir", p), "spec.workingDir", id="working-dir"),
+    pytest.param(
+        lambda b, p: b.set("spec.source", {"git": {"repo": "acme/train", "path": p}}),
+        "spec.source.git.path",
+        id="source-path",
+    ),
+]
+UNNORMALISED_PATHS = [
+    pytest.param("/nodus/outputs/../../var/lib/nodus/kubeconfig", ". or .. component", id="dot-dot"),
+    pytest.param("/data/../etc", ". or .. component", id="dot-dot-into-etc"),
+    pytest.param("/..", ". or .. component", id="dot-dot-at-root"),
+    pytest.param("/data/./model", ". or .. component", id="dot"),
+    pytest.param("/data//model", "empty component (//)", id="double-slash"),
+    pytest.param("//etc", "empty component (//)", id="leading-double-slash"),
+    pytest.param("/data/model/", "write /data/model", id="trailing-slash"),
+    pytest.param("/data/\0", "NUL", id="nul"),
+]
+
+
+@pytest.mark.parametrize(("field", "name"), PATH_FIELDS)
+@pytest.mark.parametrize(("path", "fix"), UNNORMALISED_PATHS)
+def test_paths_with_dot_dot_dot_or_empty_components_are_refused_at_their_field(
+    field: Callable[[JobBuilder, str], JobBuilder], name: str, path: str, fix: str
+) -> None:
+    _, errors = create(field(make_job(), path).build())
+    assert kinds_and_fields(errors) == [(INVALID, name)]
+    assert fix in errors[0].detail
+
+
+@pytest.mark.parametrize(("field", "name"), PATH_FIELDS)
+@pytest.mark.parametrize("path", ["/data/model.v2", "/data/..hidden", "/data/.cache/x"])
+def test_dots_inside_a_component_are_fine(field: Callable[[JobBuilder, str], JobBuilder], name: str, path: str) -> None:
+    _, errors = create(field(make_job(), path).build())
+    assert errors == []
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_an_output_may_not_be_named_dot_or_dot_dot(name: str) -> None:
+    _, errors = create(make_job().outputs(output(name)).build())
+    assert kinds_and_fields(errors) == [(INVALID, "spec.outputs[0].name")]
 
 
 VALID_JOBS = [

@@ -62,6 +62,44 @@ class Matches(StringFormat):
 
 
 @dataclass(frozen=True)
+class PathFormat(StringFormat):
+    """An absolute, normalised path inside the container (ADR 0031): see :func:`path_problem`."""
+
+    def check(self, value: str) -> None:
+        if (problem := path_problem(value)) is not None:
+            raise ValueError(problem)
+
+    def schema(self) -> dict[str, Any]:
+        return {"pattern": PATH_PATTERN}
+
+
+PATH_PATTERN = r"^/$|^(/(?!\.\.?(/|$))[^/\x00]+)+$"
+
+
+def path_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as a path inside the container, with the fix; None when it is fine.
+
+    A path is ``/`` or ``/`` followed by components separated by single slashes, none of them ``.`` or ``..``,
+    with no trailing slash and no NUL. The agent resolves such a path one component at a time below the host
+    directory behind its mount; a path that would mean something else once normalised is refused, never
+    rewritten, so what the Job says is what the agent reads and writes."""
+    if not value.startswith("/"):
+        return "must be an absolute path, starting with / (such as /nodus/outputs/model)"
+    if "\0" in value:
+        return "must not contain a NUL character"
+    if value == "/":
+        return None
+    parts = value[1:].split("/")
+    if parts[-1] == "":
+        return f"must not end with /; write {value.rstrip('/') or '/'}"
+    if "" in parts:
+        return "must not contain an empty component (//); separate components with one /"
+    if "." in parts or ".." in parts:
+        return "must not contain a . or .. component; name the path directly from / (such as /nodus/outputs/model)"
+    return None
+
+
+@dataclass(frozen=True)
 class DurationFormat(StringFormat):
     """A Go duration (``90s``, ``15m``, ``1h30m``), optionally bounded; bounds are written as durations too."""
 
@@ -172,7 +210,7 @@ PositiveUsd = Annotated[str, UsdFormat(positive=True)]
 Quantity = Annotated[str, QuantityFormat()]
 DecimalString = Annotated[str, DecimalFormat()]
 Sha256Hex = Annotated[str, Matches(r"^[0-9a-f]{64}$", "must be a SHA-256 digest: 64 lowercase hexadecimal characters")]
-AbsolutePath = Annotated[str, Matches(r"^/.*$", "must be an absolute path, starting with /")]
+AbsolutePath = Annotated[str, PathFormat()]
 EnvName = Annotated[
     str,
     Matches(r"^[A-Za-z_][A-Za-z0-9_]*$", "must start with a letter or _ and contain only letters, digits and _"),

@@ -3,10 +3,14 @@
 * An input has exactly one source among six (DECISIONS 6). ``fromStage`` is refused: it is valid
   only on Jobs a Pipeline creates, and nothing creates those yet. ``fromWorkspace`` is refused until
   the Workspace kind exists. Input names are unique.
-* Output names are unique, may not be ``outputs`` (the implicit output, DECISIONS 17) and may not
-  start with the reserved ``nodus.`` prefix.
+* Output names are unique, may not be ``outputs`` (the implicit output, DECISIONS 17), ``.`` or ``..``
+  (they become file and directory names when downloaded) and may not start with the reserved ``nodus.``
+  prefix.
 * A Volume may not be mounted over a system path (:data:`SYSTEM_PATHS` or anything under one), a
   mount point is used once, and only a read-only mount may pin a revision.
+* Every path (``outputs[].path``, ``volumes[].mountPath``, ``workingDir``, ``source.path``,
+  ``recovery.checkpoint.paths``) is absolute and normalised: the model's ``AbsolutePath`` format
+  (``scalars.path_problem``, ADR 0031); the rules here skip a path that format refuses.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import posixpath
 
 from nodus.api.kinds.job.jsonview import JSONObject, as_str, is_set, objects
 from nodus.api.kinds.job.rules import duplicates, exactly_one_of
+from nodus.api.kinds.job.scalars import path_problem
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
 
@@ -65,6 +70,10 @@ def output_rules(spec: JSONObject, path: Path) -> list[FieldError]:
                     "choose another name, or write the files under /nodus/outputs instead of declaring them",
                 )
             )
+        elif name in (".", ".."):
+            errors.append(
+                fieldpath.invalid(name_path, name, "names a directory when downloaded; choose a name with a letter")
+            )
         elif name is not None and name.startswith(RESERVED_OUTPUT_PREFIX):
             errors.append(
                 fieldpath.invalid(name_path, name, "the nodus. prefix is reserved for Nodus; choose another name")
@@ -79,7 +88,7 @@ def volume_rules(spec: JSONObject, path: Path) -> list[FieldError]:
     for index, mount in objects(spec.get("volumes")):
         item_path = volumes_path.index(index)
         mount_path = as_str(mount.get("mountPath"))
-        if mount_path is not None and mount_path.startswith("/"):
+        if mount_path is not None and path_problem(mount_path) is None:
             normal = _normalized(mount_path)
             refused = _system_path(normal)
             if refused is not None:

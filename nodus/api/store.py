@@ -37,6 +37,7 @@ PatchFunction = Callable[[Object], Object]
 Admission = Callable[[Object, RequestContext], Awaitable[None]]
 
 FOREGROUND = "foregroundDeletion"
+NODUS_PREFIX = "nodus.dev/"
 ORPHAN = "orphan"
 _GENERATE_NAME_TRIES = 8
 # A patch without a precondition is re-applied to the newest object until it lands (kube-apiserver's
@@ -161,6 +162,7 @@ class GenericStore:
         if not metadata.get("name") and isinstance(prefix, str) and prefix:
             metadata["name"] = objectmeta.generate_name(prefix)
         objectmeta.stamp_new(metadata)
+        _guard_nodus_finalizers(self.info, obj, None, ctx)
         self.strategy.prepare_for_create(obj)
         self._validate(obj, None)
         await self._admit(obj, ctx)
@@ -278,6 +280,7 @@ class GenericStore:
                 raise self._conflict(name)
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             new = self._prepare_update(new, old, subresource)
+            _guard_nodus_finalizers(self.info, new, old, ctx)
             self._check_finalizers(new, old)
             self._validate(new, old, subresource)
             for message in self.strategy.warnings_on_update(new, old) if not subresource else []:
@@ -331,6 +334,28 @@ class GenericStore:
             except storage_errors.NotFound:
                 raise self._not_found(name) from None
         raise APIError("Conflict", f'{self.info.plural}.{GROUP} "{name}": too many concurrent writes; retry')
+
+
+def _guard_nodus_finalizers(info: KindInfo, new: Object, old: Object | None, ctx: RequestContext) -> None:
+    """Finalizers named ``nodus.dev/...`` are Nodus's own (storage charges, a Job's running attempts, a
+    project's contents): only administrators and the controllers add or remove them (ADR 0035). A user
+    stripping one would skip charges or make running attempts vanish unbilled."""
+    if ctx.principal.is_admin or ctx.principal.is_controller:
+        return
+    before = {f for f in (old or {}).get("metadata", {}).get("finalizers") or [] if str(f).startswith(NODUS_PREFIX)}
+    after = {f for f in new["metadata"].get("finalizers") or [] if str(f).startswith(NODUS_PREFIX)}
+    if before == after:
+        return
+    changed = sorted(before ^ after)
+    verb = "remove" if before - after else "add"
+    raise APIError(
+        "Forbidden",
+        f'User "{ctx.principal.user}" cannot {verb} finalizer {changed[0]} of {info.kind} '
+        f'"{new["metadata"].get("name")}": finalizers named {NODUS_PREFIX}* are managed by Nodus',
+        fix="Leave metadata.finalizers' nodus.dev/ entries as they are: Nodus removes each once its work is done "
+        "(delete the object and it goes when they are gone).",
+        details={"name": new["metadata"].get("name"), "group": GROUP, "kind": info.plural},
+    )
 
 
 def _check_preconditions(obj: Object, preconditions: dict[str, Any], conflict: APIError) -> None:

@@ -223,53 +223,48 @@ def object_schema(info: KindInfo) -> Schema:
     return {"type": "object", "description": info.description, "properties": properties}
 
 
-def unknown_fields(value: Any, schema: Schema, path: str = "") -> list[str]:
-    """Dotted paths of fields in ``value`` that ``schema`` does not declare (maps are open)."""
-    found: list[str] = []
+UnknownField = tuple[str, tuple[str | int, ...]]
+
+
+def unknown_fields(value: Any, schema: Schema) -> list[UnknownField]:
+    """Fields in ``value`` that ``schema`` does not declare (maps are open): each as its dotted path for
+    messages (``spec.bogus``, ``spec.env[0].x``, ``metadata.labels[k]``) and the keys and indexes that
+    lead to it, for :func:`drop_fields`. The keys are kept apart from the text because a key may hold
+    anything, dots and brackets included, or be empty."""
+    found: list[UnknownField] = []
+    _unknown(value, schema, "", (), found)
+    return found
+
+
+def _unknown(value: Any, schema: Schema, path: str, parts: tuple[str | int, ...], found: list[UnknownField]) -> None:
     if isinstance(value, dict):
         properties = schema.get("properties")
         if properties is None:
             additional = schema.get("additionalProperties")
             if isinstance(additional, dict):
                 for key, item in value.items():
-                    found += unknown_fields(item, additional, f"{path}[{key}]" if path else str(key))
-            return found
+                    _unknown(item, additional, f"{path}[{key}]" if path else str(key), (*parts, key), found)
+            return
         for key, item in value.items():
             child = f"{path}.{key}" if path else str(key)
             if key not in properties:
-                found.append(child)
+                found.append((child, (*parts, key)))
             else:
-                found += unknown_fields(item, properties[key], child)
+                _unknown(item, properties[key], child, (*parts, key), found)
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
             for index, item in enumerate(value):
-                found += unknown_fields(item, items, f"{path}[{index}]")
-    return found
+                _unknown(item, items, f"{path}[{index}]", (*parts, index), found)
 
 
-def drop_fields(value: dict[str, Any], paths: list[str]) -> None:
+def drop_fields(value: dict[str, Any], fields: list[UnknownField]) -> None:
     """Remove the fields :func:`unknown_fields` reported."""
-    for path in paths:
-        _drop(value, _split(path))
+    for _, parts in fields:
+        _drop(value, parts)
 
 
-def _split(path: str) -> list[str | int]:
-    parts: list[str | int] = []
-    for dotted in path.split("."):
-        remainder = dotted
-        while "[" in remainder:
-            head, _, rest = remainder.partition("[")
-            if head:
-                parts.append(head)
-            inner, _, remainder = rest.partition("]")
-            parts.append(int(inner) if inner.isdigit() else inner)
-        if remainder:
-            parts.append(remainder)
-    return parts
-
-
-def _drop(value: Any, parts: list[str | int]) -> None:
+def _drop(value: Any, parts: tuple[str | int, ...]) -> None:
     for part in parts[:-1]:
         if isinstance(value, dict) and isinstance(part, str):
             value = value.get(part)
@@ -277,5 +272,5 @@ def _drop(value: Any, parts: list[str | int]) -> None:
             value = value[part]
         else:
             return
-    if isinstance(value, dict):
+    if isinstance(value, dict) and parts:
         value.pop(parts[-1], None)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from nodus.api import patching
 from nodus.api.errors import APIError
 from nodus.api.patching import json_patch, merge_patch
 
@@ -45,3 +46,34 @@ def test_json_patch_applies_and_refuses() -> None:
     with pytest.raises(APIError) as malformed:
         json_patch(BASE, {"op": "replace"})
     assert malformed.value.code == 400
+
+
+def test_a_json_patch_has_at_most_ten_thousand_operations() -> None:
+    test = {"op": "test", "path": "/spec/a", "value": 1}
+    assert json_patch(BASE, [test] * 10_000) == BASE
+    with pytest.raises(APIError) as refused:
+        json_patch(BASE, [test] * 10_001)
+    assert refused.value.code == 413 and "10001 operations" in refused.value.message
+
+
+def test_copies_that_would_grow_the_object_past_the_cap_are_refused_as_they_apply() -> None:
+    target = {"spec": {"a": "x" * 1024}}
+    doubling = [{"op": "copy", "from": "/spec", "path": f"/spec/c{n}"} for n in range(40)]  # 2^40 KiB if applied
+    with pytest.raises(APIError) as refused:
+        json_patch(target, doubling)
+    assert refused.value.code == 413 and "copy operations" in refused.value.message
+    assert len(json_patch(target, doubling[:3])["spec"]) == 4, "a few copies are fine"
+
+
+def test_a_patch_is_applied_to_copies_so_a_retry_applies_the_same_patch() -> None:
+    operations = [{"op": "add", "path": "/spec/new", "value": {}}, {"op": "add", "path": "/spec/new/x", "value": 1}]
+    first, second = json_patch(BASE, operations), json_patch(BASE, operations)
+    assert first == second and first["spec"]["new"] == {"x": 1}
+    assert operations[0]["value"] == {} and "new" not in BASE["spec"]
+
+
+def test_check_size_measures_the_object_as_json() -> None:
+    patching.check_size({"spec": {"a": "x" * (patching.MAX_OBJECT_BYTES - 100)}})
+    with pytest.raises(APIError) as refused:
+        patching.check_size({"spec": {"a": "x" * patching.MAX_OBJECT_BYTES}})
+    assert refused.value.code == 413 and "patched object" in refused.value.message

@@ -17,16 +17,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from nodus.api import decoding, fieldmanagement, negotiation, schemas, tables
+from nodus.api import decoding, fieldmanagement, negotiation, patching, schemas, tables
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed
-from nodus.api.http import lists, paths, queries, watches
+from nodus.api.http import bodies, lists, paths, queries, watches
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.paths import Target
 from nodus.api.http.responses import docs_base, request_id, respond
 from nodus.api.negotiation import Representation
-from nodus.api.patching import json_patch, merge_patch
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
 from nodus.api.store import GenericStore
@@ -34,6 +33,8 @@ from nodus.api.strategy import Object
 from nodus.apimachinery.units import format_time, now
 
 _FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+# Problems named in a strict decoding error; a body with thousands of unknown fields gets a count beyond.
+_MAX_PROBLEMS_SHOWN = 20
 
 
 def _context(request: Request, principal: Principal) -> RequestContext:
@@ -64,10 +65,12 @@ def check_fields(ctx: RequestContext, info: KindInfo, obj: Any, duplicates: list
     if not isinstance(obj, dict):
         return obj
     unknown = schemas.unknown_fields(obj, schemas.object_schema(info))
-    problems = [f'unknown field "{path}"' for path in unknown] + [f'duplicate field "{p}"' for p in duplicates]
+    problems = [f'unknown field "{path}"' for path, _ in unknown] + [f'duplicate field "{p}"' for p in duplicates]
     if problems and ctx.field_validation == "Strict":
+        shown = problems[:_MAX_PROBLEMS_SHOWN]
+        more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
         raise bad_request(
-            "strict decoding error: " + ", ".join(problems),
+            "strict decoding error: " + ", ".join(shown) + more,
             fix=f"Remove or rename the fields; `kubectl explain {info.plural}` lists the ones {info.kind} has.",
         )
     if ctx.field_validation == "Warn":
@@ -83,7 +86,7 @@ def served(info: KindInfo, obj: Object) -> Object:
 
 
 async def _body(request: Request, ctx: RequestContext, info: KindInfo, yaml_allowed: bool = True) -> Any:
-    value, duplicates = decoding.decode(await request.body(), yaml_allowed)
+    value, duplicates = await bodies.decode(request, yaml_allowed)
     return check_fields(ctx, info, value, duplicates)
 
 
@@ -234,7 +237,7 @@ async def _patch(server: APIServer, request: Request, principal: Principal, targ
             "UnsupportedMediaType",
             f'the body of a PATCH must be one of {", ".join(negotiation.PATCH_TYPES)}, got "{kind}"',
         )
-    raw, duplicates = decoding.decode(await request.body(), yaml_allowed=kind == negotiation.APPLY_PATCH)
+    raw, duplicates = await bodies.decode(request, yaml_allowed=kind == negotiation.APPLY_PATCH)
     if kind == negotiation.APPLY_PATCH:
         return await _apply(server, request, ctx, target, raw, duplicates, representation)
     patch_value = decoding.plain(raw)
@@ -244,10 +247,12 @@ async def _patch(server: APIServer, request: Request, principal: Principal, targ
         if kind == negotiation.MERGE_PATCH:
             if not isinstance(patch_value, dict):
                 raise bad_request("a merge patch is a JSON object")
-            result = merge_patch(current, patch_value)
+            result = patching.merge_patch(current, patch_value)
         else:
-            result = json_patch(current, patch_value)
-        return check_fields(ctx, info, result, duplicates)  # type: ignore[no-any-return]
+            result = patching.json_patch(current, patch_value)
+        checked: dict[str, Any] = check_fields(ctx, info, result, duplicates)
+        patching.check_size(checked)  # repeated patches may not grow an object past what a create could store
+        return checked
 
     obj = await store.patch(target.namespace, target.name, patched, ctx, target.subresource)
     return _render(obj, info, representation, 200, ctx)
@@ -282,7 +287,7 @@ async def _apply(
 
     def apply_to(live: dict[str, Any] | None) -> dict[str, Any]:
         try:
-            return fieldmanagement.apply(
+            merged = fieldmanagement.apply(
                 served(info, live) if live is not None else None,
                 applied,
                 manager=ctx.field_manager,
@@ -305,6 +310,8 @@ async def _apply(
                     "causes": conflict.causes(),
                 },
             ) from None
+        patching.check_size(merged)
+        return merged
 
     try:
         obj = await store.patch(target.namespace, target.name, apply_to, ctx, target.subresource, owned=True)
@@ -321,7 +328,7 @@ async def _apply(
 
 async def _delete_options(request: Request) -> dict[str, Any]:
     options: dict[str, Any] = {}
-    raw = await request.body()
+    raw = await bodies.read(request)
     if raw.strip():
         value, _ = decoding.decode(raw, yaml_allowed=True)
         if not isinstance(value, dict):

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,17 @@ class NodeIdentity:
     """Obtains, keeps and rotates the credential of node ``node_name`` that provides ``offering``."""
 
     def __init__(
-        self, server: ClientConfig, node_name: str, offering: str, work_dir: Path, join_token: str | None
+        self,
+        server: ClientConfig,
+        node_name: str,
+        offering: str,
+        work_dir: Path,
+        join_token: str | None,
+        lifetime: timedelta | None = None,
     ) -> None:
+        """``lifetime`` asks for credentials that short (the server caps it at its own); None: the server's."""
         self._server = server
+        self._lifetime = lifetime
         self.node_name = node_name
         self.offering = offering
         self.directory = work_dir / "identity"
@@ -116,6 +125,8 @@ class NodeIdentity:
 
     async def _exchange(self, client: Client, with_offering: bool) -> Credential:
         spec: dict[str, Any] = {"nodeName": self.node_name}
+        if self._lifetime is not None:
+            spec["expirationSeconds"] = int(self._lifetime.total_seconds())
         if with_offering:
             spec["offering"] = self.offering
         body = {"apiVersion": "nodus.dev/v1", "kind": "NodeCredentialRequest", "spec": spec}

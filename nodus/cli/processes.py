@@ -225,6 +225,11 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--join-token", help="a bootstrap token (ID.SECRET) to exchange for this node's credential")
     parser.add_argument("--join-token-file", type=Path, help="a file holding the bootstrap token")
+    parser.add_argument(
+        "--credential-lifetime",
+        type=duration,
+        help="ask for node credentials this short-lived (at least 10s; the server caps it); renewed halfway",
+    )
     parser.add_argument("--node-name", required=True, help="the Node this agent registers and runs")
     parser.add_argument("--offering", required=True, help="the offering id this host provides")
     parser.add_argument("--gpus", type=int, help="GPUs visible to programs (default: the offering's count)")
@@ -312,7 +317,9 @@ def agent(args: argparse.Namespace) -> None:
     join_token = args.join_token
     if args.join_token_file:
         join_token = args.join_token_file.read_text().strip()
-    identity = NodeIdentity(server, args.node_name, args.offering, settings.work_dir, join_token)
+    identity = NodeIdentity(
+        server, args.node_name, args.offering, settings.work_dir, join_token, lifetime=args.credential_lifetime
+    )
 
     async def main() -> None:
         try:

@@ -85,3 +85,49 @@ def test_an_agent_started_by_hand_registers_and_runs_a_job(running: Running) -> 
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
         log.close()
+
+
+def test_an_agent_renews_its_credential_while_it_runs(running: Running) -> None:
+    """Credentials of 12 s: the agent renews each after 6 s, authenticating with itself, and heartbeats on."""
+    work = running.directory / "renewing-agent"
+    credential = work / "identity" / "credential"
+    with (running.directory / "renewing-agent.log").open("wb") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "nodus", "agent", "--server", running.cluster.url),
+                *("--certificate-authority", str(running.cluster.ca_file), "--join-token", join_token(running)),
+                *("--node-name", "renewing-1", "--offering", OFFERING, "--gpus", "0", "--runtime", "unsandboxed"),
+                *("--work-dir", str(work), "--heartbeat-interval", "500ms", "--credential-lifetime", "12s"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            running.wait_for("the agent to join", credential.exists)
+            first = credential.read_bytes()
+            # Two renewals later the first credential has expired: heartbeats still land only if they rotated.
+            running.wait_for(
+                "a second renewal",
+                lambda: (running.directory / "renewing-agent.log").read_text().count("node credential renewed") >= 2,
+                timeout=60,
+            )
+            assert credential.read_bytes() != first
+
+            def beating() -> bool:
+                with running.client() as client:
+                    before = client.get(f"{API}/nodes/renewing-1").json()["status"]["heartbeatTime"]
+                    return bool(
+                        running.wait_for(
+                            "a new heartbeat",
+                            lambda: client.get(f"{API}/nodes/renewing-1").json()["status"]["heartbeatTime"] != before,
+                            timeout=10,
+                        )
+                    )
+
+            assert beating()
+            assert agent.poll() is None
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(timeout=30) == 0
+            with running.client() as client:
+                client.delete(f"{API}/nodes/renewing-1")

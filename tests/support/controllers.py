@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -56,6 +57,9 @@ TEST_FLAGS = (
     # one never comes up, one host of each; six hosts for two competing 4-node gangs.
     *("--sim-boot-hangs", GANG_HANGS, "--sim-capacity-for", f"{GANG_HANGS}=1", "--sim-capacity-for", f"{GANG_FINE}=1"),
     *("--sim-capacity-for", f"{GANG_SIX}=6"),
+    # The tests' HTTPS server, S3 server and customer databases are on this machine's loopback (ADR 0032); the
+    # control plane's database stays forbidden (start() adds it).
+    "--sim-agent-allow-loopback-endpoints",
 )
 
 
@@ -99,11 +103,19 @@ def start(cluster: Cluster, directory: Path, identity: str, extra_args: tuple[st
         "--sim-work-dir",
         str(directory / "hosts"),
         *TEST_FLAGS,
+        *control_plane_database(cluster.database_url),
         *extra_args,
     ]
     with log_file.open("ab") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     return ControllerProcess(process, log_file, identity)
+
+
+def control_plane_database(database_url: str) -> tuple[str, ...]:
+    """The flag forbidding simulated agents the cluster's database, as ``nodus dev`` forbids its own; a unix
+    socket (the embedded server) is refused whatever the flags."""
+    parts = urlsplit(database_url)
+    return ("--sim-agent-forbid-address", f"[{parts.hostname}]:{parts.port or 5432}") if parts.hostname else ()
 
 
 def wait_for_leader(cluster: Cluster, identity: str | None = None, timeout: float = 60) -> str:

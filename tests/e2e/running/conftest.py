@@ -121,6 +121,8 @@ def running(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> I
     book.write_text(price_book_text())
     extra = ("--watch-bookmark-interval", "1s", "--secret-key-file", str(keys), "--funded-window", "8s")
     extra += ("--price-book", str(book))
+    # Its inputs, sources, S3 endpoints and customer databases are on this machine (ADR 0032).
+    extra += ("--allow-loopback-endpoints",)
     cluster = clusters.start(directory, url, extra_args=extra, migrate=False)
     www = directory / "www"
     www.mkdir()

@@ -318,8 +318,12 @@ def test_a_secret_reaches_the_program_and_is_never_in_clear(running: Running) ->
 def test_an_output_sink_loads_rows_into_postgres(running: Running, database_server: str) -> None:
     import asyncio
 
+    from tests.support.forwarding import Forwarder
+
     url = asyncio.run(database.create_database(database_server))
-    dsn = database.asyncpg_dsn(url)
+    # The customer's database at an address of its own: the server's is the control plane's, which agents refuse.
+    forwarder = Forwarder(database_server)
+    dsn = forwarder.url(url)
     try:
         project = running.project()
         create(
@@ -370,6 +374,7 @@ def test_an_output_sink_loads_rows_into_postgres(running: Running, database_serv
 
         assert asyncio.run(cities()) == [("Lyon", "520000"), ("Nice", "340000"), ("Paris", "2100000")]
     finally:
+        forwarder.close()
         asyncio.run(database.drop_database(url))
 
 

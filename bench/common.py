@@ -132,6 +132,8 @@ class Server:
     directory: Path
     ca_file: Path | None = None
     host: str = "127.0.0.1"
+    # The controllers' own identity (group system:nodus:controllers), as in production (ADR 0035).
+    controllers_token: str = ""
     _profilers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -239,11 +241,22 @@ class Server:
 
 
 def start_server(database_url: str, directory: Path, tls: bool = False, extra_args: Sequence[str] = ()) -> Server:
-    """Start ``nodus apiserver`` on a free port with one administrator token; wait until ready."""
+    """Start ``nodus apiserver`` on a free port with an administrator token and the controllers' own, and a
+    secret key file (it signs node credentials) unless ``extra_args`` names one; wait until ready."""
     directory.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(24)
+    token, controllers_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     token_file = directory / "tokens.csv"
-    token_file.write_text(f'{token},bench,bench-uid,"system:masters"\n')
+    token_file.write_text(
+        f'{token},bench,bench-uid,"system:masters"\n'
+        f'{controllers_token},nodus-controllers,nodus-controllers,"system:nodus:controllers"\n'
+    )
+    if "--secret-key-file" not in extra_args:
+        from nodus.apimachinery.sealing import Keyring
+
+        key_file = directory / "secret-keys"
+        if not key_file.exists():
+            Keyring.generate(key_file)
+        extra_args = [*extra_args, "--secret-key-file", str(key_file)]
     port = free_port()
     # What-if experiments only: ``NODUS_BENCH_SERVER_PRELUDE`` is Python run in the server process before the
     # unchanged ``nodus apiserver`` starts, e.g. ``import uvloop; uvloop.install()`` (the server itself runs
@@ -278,7 +291,7 @@ def start_server(database_url: str, directory: Path, tls: bool = False, extra_ar
     raise_nofile()  # children inherit the limit
     with (directory / "apiserver.log").open("wb") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    server = Server(process, port, token, directory, ca_file)
+    server = Server(process, port, token, directory, ca_file, controllers_token=controllers_token)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -682,8 +695,9 @@ def client_config(server: Server) -> Any:
     return ClientConfig(server=f"{scheme}://{server.host}:{server.port}", token=server.token, ca_file=ca_file)
 
 
-def write_kubeconfig(server: Server, path: Path, namespace: str = PROJECT) -> Path:
-    """A kubeconfig for ``nodus controllers`` / ``nodus agent`` processes: the administrator token."""
+def write_kubeconfig(server: Server, path: Path, namespace: str = PROJECT, *, admin: bool = False) -> Path:
+    """A kubeconfig for ``nodus controllers`` (their own token) and ``nodus agent`` processes (which take only the
+    server and CA from it and join with a bootstrap token); ``admin``: the administrator's, for the CLI."""
     scheme = "https" if server.tls else "http"
     cluster: dict[str, Any] = {"server": f"{scheme}://{server.host}:{server.port}"}
     if server.ca_file is not None:
@@ -692,7 +706,7 @@ def write_kubeconfig(server: Server, path: Path, namespace: str = PROJECT) -> Pa
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "bench", "cluster": cluster}],
-        "users": [{"name": "bench", "user": {"token": server.token}}],
+        "users": [{"name": "bench", "user": {"token": server.token if admin else server.controllers_token}}],
         "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench", "namespace": namespace}}],
         "current-context": "bench",
     }

@@ -263,7 +263,7 @@ async def _run_job(
 def _download(kubeconfig: Path, job: str, target: Path) -> dict[str, Any]:
     """``nodus outputs get`` in a subprocess: wall time and its peak RSS (``ru_maxrss``, KiB on Linux)."""
     args = [sys.executable, "-m", "nodus", "outputs", "get", job, "big", "-n", common.PROJECT, "-o", str(target)]
-    args += ["--kubeconfig", str(kubeconfig)]
+    args += ["--kubeconfig", str(kubeconfig.with_name("admin.kubeconfig"))]
     started = time.perf_counter()
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=common.ROOT)
     _, status, usage = os.wait4(process.pid, 0)
@@ -447,6 +447,7 @@ async def run(workdir: Path, size_mib: int = 1024, rounds: int = 1) -> dict[str,
         result["postgres"] = await common.postgres_facts(db)
         await asyncio.to_thread(common.create_project, server)
         kubeconfig = common.write_kubeconfig(server, workdir / "kubeconfig")
+        common.write_kubeconfig(server, workdir / "admin.kubeconfig", admin=True)  # for nodus outputs get
         controllers, log_file = _start_controllers(kubeconfig, hosts)
         try:
             async with Client(common.client_config(server), user_agent="bench-outputs") as client:

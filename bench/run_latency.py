@@ -378,7 +378,12 @@ async def _agent_start(client: Any, tracker: Tracker, kubeconfig: Path, director
     ready = tracker.node_ready[name] = asyncio.Event()
     work = directory / name
     work.mkdir(parents=True, exist_ok=True)
+    # The agent joins as every agent does: a bootstrap token bound to its node name (ADR 0035).
+    token_id, secret = os.urandom(3).hex(), os.urandom(8).hex()
+    token = {"apiVersion": "nodus.dev/v1", "kind": "BootstrapToken", "metadata": {"name": token_id}}
+    await client.create("bootstraptokens", {**token, "spec": {"nodeName": name, "secret": secret}})
     command = [sys.executable, "-m", "nodus", "agent", "--kubeconfig", str(kubeconfig), "--node-name", name]
+    command += ["--join-token", f"{token_id}.{secret}"]
     command += ["--offering", COLD_OFFERING, "--gpus", "0", "--runtime", "auto", "--work-dir", str(work)]
     command += ["--heartbeat-interval", "500ms"]
     with (work / "agent.log").open("ab") as output:

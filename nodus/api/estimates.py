@@ -59,7 +59,8 @@ class JobEstimates:
         self._storage = storage
         self._pricebook_version = pricebook_version
         self._funded_window = funded_window
-        self._keyring = keyring
+        # The ETags' own subkeys of the key file (ADR 0035): an ETag can never open as anything else.
+        self._keyring = keyring.derive("estimate-etags") if keyring is not None else None
         self._capacity_cache: tuple[float, list[Offering], list[Host]] | None = None
         self._placements: dict[bytes, tuple[Binding | None, str]] = {}
         self._capacity_refresh: asyncio.Future[tuple[list[Offering], list[Host]]] | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from nodus.apimachinery.units import parse_quantity
-from nodus.cli import billing, commands, estimate, nodes, processes
+from nodus.cli import billing, commands, estimate, keys, nodes, processes
 from nodus.cli.processes import duration as _duration
 
 
@@ -79,8 +79,7 @@ def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = Tru
         "--blob-grace-period",
         type=_duration,
         default=timedelta(hours=24),
-        help="how long a blob nothing names is kept before it is deleted; longer than any upload takes "
-        "(default 24h)",
+        help="how long a blob nothing names is kept before it is deleted; longer than any upload takes (default 24h)",
     )
     parser.add_argument(
         "--blob-collection-interval",
@@ -179,6 +178,12 @@ def parser() -> argparse.ArgumentParser:
     agent = commands_.add_parser("agent", help="run a node agent: register a Node and run the Attempts bound to it")
     processes.add_agent_flags(agent)
     agent.set_defaults(run="processes:agent")
+
+    secrets_cmd = commands_.add_parser("secrets", help="operators' tools on Secret values (reads the database)")
+    secrets_commands = secrets_cmd.add_subparsers(dest="secrets_command", required=True)
+    reseal = secrets_commands.add_parser("reseal", help="seal every Secret version again under the active key")
+    keys.add_reseal_flags(reseal)
+    reseal.set_defaults(run="keys:reseal")
 
     nodes_cmd = commands_.add_parser("nodes", help="hosts: create a join token for one (administrators)")
     nodes_commands = nodes_cmd.add_subparsers(dest="nodes_command", required=True)

@@ -4,8 +4,11 @@ Written like a Kubernetes Secret: ``type`` (default ``Opaque``), ``data`` (key -
 ``stringData`` (key -> text, merged over ``data``). What is stored and what is served differ:
 
 * stored: ``type``, ``sealed`` and ``status``. ``sealed.versions`` holds every kept version as
-  ``{"version": n, "keyID": k, "createdTime": t, "values": {key: {"nonce": b64, "ciphertext": b64}}}``,
-  each value sealed with AES-256-GCM (``nodus.apimachinery.sealing``) under associated data
+  ``{"version": n, "keyID": k, "kdf": "hkdf-sha256/secrets", "createdTime": t, "values": {key: {"nonce":
+  b64, "ciphertext": b64}}}``, each value sealed with AES-256-GCM (``nodus.apimachinery.sealing``) under
+  the Secrets' HKDF subkey of key ``k`` (ADR 0035; a version without ``kdf`` was sealed with the key itself,
+  before subkeys, and still opens; ``nodus secrets reseal`` moves every version to the active key) and
+  associated data
   ``nodus.dev/Secret, uid, version, key``: a ciphertext moved to another Secret, version or key
   does not open.
 * served (:func:`served`, the kind's ``KindInfo.served``): ``type`` and ``status: {version, keys,
@@ -35,6 +38,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import functools
 import itertools
 import json
 import re
@@ -65,6 +69,9 @@ KEY_PATTERN = re.compile(r"^[-._a-zA-Z0-9]+$")
 MAX_KEY_LENGTH = 253
 MAX_TYPE_LENGTH = 253
 DEFAULT_TYPE = "Opaque"
+# Secret values are sealed under the key file's HKDF subkeys for this purpose (recorded as "kdf" on each version).
+PURPOSE = "secrets"
+KDF = "hkdf-sha256/secrets"
 _VALUE_FIELDS = ("data", "stringData")
 
 
@@ -229,14 +236,47 @@ def _associated(uid: str, version: int, key: str) -> bytes:
     return b"\x00".join((b"nodus.dev/Secret", uid.encode(), str(version).encode(), key.encode()))
 
 
-def _seal(ring: Keyring, uid: str, version: int, values: dict[str, bytes]) -> dict[str, Any]:
+@functools.lru_cache(maxsize=8)
+def _sealing(ring: Keyring) -> Keyring:
+    """The Secrets' own subkeys of the key file (ADR 0035): nothing else sealed or signed with the file opens here."""
+    return ring.derive(PURPOSE)
+
+
+def _seal(
+    ring: Keyring, uid: str, version: int, values: dict[str, bytes], created: str | None = None
+) -> dict[str, Any]:
+    sealing = _sealing(ring)
     sealed: dict[str, Any] = {}
     for key in sorted(values):
-        box = ring.seal(values[key], _associated(uid, version, key))
-        if box.key_id != ring.active_id:  # pragma: no cover - one active key per keyring
+        box = sealing.seal(values[key], _associated(uid, version, key))
+        if box.key_id != sealing.active_id:  # pragma: no cover - one active key per keyring
             raise AssertionError("sealed under an inactive key")
         sealed[key] = {"nonce": box.nonce_b64, "ciphertext": box.ciphertext_b64}
-    return {"version": version, "keyID": ring.active_id, "createdTime": format_time(now()), "values": sealed}
+    return {
+        "version": version,
+        "keyID": sealing.active_id,
+        "kdf": KDF,
+        "createdTime": created or format_time(now()),
+        "values": sealed,
+    }
+
+
+def reseal(ring: Keyring, obj: Object) -> tuple[Object, int]:
+    """``obj`` (a stored Secret) with every version sealed again under the active key's Secret subkey, and how
+    many versions changed; values and version numbers stay. What ``nodus secrets reseal`` runs after a key is
+    added, so that the old key can leave the key file. :class:`OpenError` when a version does not open."""
+    out = copy.deepcopy(obj)
+    uid, changed = str(obj["metadata"]["uid"]), 0
+    resealed: list[dict[str, Any]] = []
+    for entry in versions(obj):
+        if entry.get("kdf") == KDF and entry.get("keyID") == ring.active_id:
+            resealed.append(entry)
+            continue
+        values = open_version(ring, obj, int(entry["version"])) or {}
+        resealed.append(_seal(ring, uid, int(entry["version"]), values, created=entry.get("createdTime")))
+        changed += 1
+    out["sealed"] = {**(obj.get("sealed") or {}), "versions": resealed}
+    return out, changed
 
 
 def versions(obj: Object) -> list[dict[str, Any]]:
@@ -251,8 +291,10 @@ def open_version(ring: Keyring, obj: Object, version: int) -> dict[str, bytes] |
     for entry in versions(obj):
         if entry.get("version") == version:
             key_id = str(entry.get("keyID"))
+            # Versions sealed before the Secrets had their own subkey were sealed with the file's keys themselves.
+            opener = _sealing(ring) if entry.get("kdf") == KDF else ring
             return {
-                key: ring.open(Sealed(key_id, box["nonce"], box["ciphertext"]), _associated(uid, version, key))
+                key: opener.open(Sealed(key_id, box["nonce"], box["ciphertext"]), _associated(uid, version, key))
                 for key, box in (entry.get("values") or {}).items()
             }
     return None

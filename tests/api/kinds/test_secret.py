@@ -17,7 +17,7 @@ from nodus.api.errors import APIError
 from nodus.api.fieldmanagement.lastapplied import LAST_APPLIED_ANNOTATION
 from nodus.api.kinds import connection, secret
 from nodus.apimachinery import units
-from nodus.apimachinery.sealing import KeyFileError, Keyring, OpenError
+from nodus.apimachinery.sealing import KeyFileError, Keyring, OpenError, Sealed
 
 
 @pytest.fixture
@@ -127,6 +127,50 @@ def test_ciphertext_moved_to_another_secret_does_not_open(ring: Keyring) -> None
     two["sealed"] = copy.deepcopy(one["sealed"])
     with pytest.raises(OpenError):
         secret.open_version(ring, two, 1)
+
+
+def test_values_are_sealed_under_the_secrets_own_subkey(ring: Keyring) -> None:
+    """A value sealed for Secrets opens neither with the key file's key itself nor with another purpose's subkey
+    (estimate ETags, node credentials): each use of the key file is separated (ADR 0035)."""
+    obj = created(stringData={"a": "alpha"})
+    entry = obj["sealed"]["versions"][0]
+    assert entry["kdf"] == secret.KDF
+    box = Sealed(entry["keyID"], entry["values"]["a"]["nonce"], entry["values"]["a"]["ciphertext"])
+    associated = b"\x00".join((b"nodus.dev/Secret", obj["metadata"]["uid"].encode(), b"1", b"a"))
+    assert ring.derive(secret.PURPOSE).open(box, associated) == b"alpha"
+    for other in (ring, ring.derive("estimate-etags"), ring.derive("node-credentials")):
+        with pytest.raises(OpenError):
+            other.open(box, associated)
+
+
+def test_versions_sealed_before_subkeys_open_and_reseal_moves_them(ring: Keyring, tmp_path: Path) -> None:
+    obj = created(stringData={"a": "alpha"})
+    uid = obj["metadata"]["uid"]
+    # A version as an earlier Nodus stored it: sealed with the key itself, no "kdf".
+    legacy = ring.seal(b"older", b"\x00".join((b"nodus.dev/Secret", uid.encode(), b"2", b"a")))
+    obj["sealed"]["versions"].append(
+        {
+            "version": 2,
+            "keyID": legacy.key_id,
+            "createdTime": "2026-01-01T00:00:00Z",
+            "values": {"a": {"nonce": legacy.nonce_b64, "ciphertext": legacy.ciphertext_b64}},
+        }
+    )
+    assert secret.open_version(ring, obj, 2) == {"a": b"older"}
+    # Rotation: a new key is appended; reseal moves every version under it, values and numbers unchanged.
+    (tmp_path / "keys").write_text((tmp_path / "keys").read_text() + f"k2 {base64.b64encode(b'2' * 32).decode()}\n")
+    rotated = Keyring.load(tmp_path / "keys")
+    resealed, changed = secret.reseal(rotated, obj)
+    assert changed == 2
+    assert [(v["version"], v["keyID"], v["kdf"]) for v in resealed["sealed"]["versions"]] == [
+        (1, "k2", secret.KDF),
+        (2, "k2", secret.KDF),
+    ]
+    assert resealed["sealed"]["versions"][1]["createdTime"] == "2026-01-01T00:00:00Z"
+    only_new = Keyring([("k2", b"2" * 32)])  # the old key is gone from the file: everything still opens
+    assert secret.open_version(only_new, resealed, 1) == {"a": b"alpha"}
+    assert secret.open_version(only_new, resealed, 2) == {"a": b"older"}
+    assert secret.reseal(rotated, resealed)[1] == 0
 
 
 def update(old: dict[str, Any], **fields: Any) -> dict[str, Any]:

@@ -47,3 +47,13 @@ class ServerSettings:
     forbid_addresses: tuple[str, ...] = ()
     # How long a node credential lives (--node-credential-ttl); agents renew theirs halfway (ADR 0035).
     node_credential_ttl: timedelta = timedelta(hours=24)
+    # Blobs (ADR 0034): the largest blob (--max-blob-size) and the bytes a project may store
+    # (--project-storage-quota); None: no limit.
+    max_blob_size: int | None = 64 * 2**30
+    project_storage_quota: int | None = 2**40
+    # A blob nothing has named for this long is deleted (--blob-grace-period), by a pass every
+    # --blob-collection-interval that also charges a project's storage hour by hour.
+    blob_grace_period: timedelta = timedelta(hours=24)
+    blob_collection_interval: timedelta = timedelta(minutes=1)
+    # How long a billed hour of a project's storage lasts (--storage-charge-interval; tests shorten it).
+    storage_charge_interval: timedelta = timedelta(hours=1)

@@ -138,6 +138,29 @@ _register(
     "Objects are kept whole in the database and in every watch event, so their size is capped.",
 )
 _register(
+    "BlobTooLarge",
+    413,
+    "The uploaded blob is larger than the largest blob the server stores.",
+    "Split the data into several blobs (one Volume revision or output per part), or ask an administrator to "
+    "raise `nodus apiserver --max-blob-size` (default 64Gi).",
+    "Every upload of bytes (a blob, a Volume revision, a Job output or a checkpoint chunk) is bounded by "
+    "`--max-blob-size`. A `Content-Length` over it is refused before the body is read; a body without one is "
+    "refused the moment it passes the limit, and the server reads no further. Nothing is stored either way.",
+)
+_register(
+    "StorageQuotaExceeded",
+    403,
+    "The upload would take the project past its storage quota.",
+    "Delete the Jobs and Volumes whose outputs, checkpoints and revisions the project no longer needs (a blob "
+    "nothing names is deleted after the grace period, `--blob-grace-period`, default 24h), or ask an "
+    "administrator to raise `nodus apiserver --project-storage-quota` (default 1Ti).",
+    "A project may store `--project-storage-quota` bytes of blobs, each digest counted once however often it "
+    "was uploaded; `status.storage.bytes` of the Project shows what it stores. An upload that would pass the "
+    "quota is refused before it is read (from its `Content-Length`), as soon as the body passes what is left, "
+    "or when it is registered (two uploads racing for the last bytes are decided one after the other). Bytes "
+    "the project already holds take no quota. Nothing is stored when an upload is refused.",
+)
+_register(
     "Timeout",
     504,
     "The request did not complete in time.",

@@ -2,28 +2,37 @@
 
 A blob is named by its digest *within a project* (``namespace``): a project sees only the blobs
 uploaded to it, even when another project holds the same bytes. Uploads (job outputs, volume
-revisions, anything posted to ``.../blobs``) stream through :func:`put`; downloads stream through
-:func:`read`. Neither ever holds a whole blob in memory.
+revisions, checkpoint chunks, anything posted to ``.../blobs``) stream through :func:`put`; downloads
+stream through :func:`read`. Neither ever holds a whole blob in memory.
 
 Two places (DESIGN: "Bytes ... an object-store interface"):
 
 * the bytes, in an :class:`~nodus.storage.objectstore.ObjectStore` (the filesystem by default, S3 in
   production) under ``uploads/<upload id>``;
-* what names them, in PostgreSQL (migration 0003): ``blobs(namespace, digest, size, media_type,
-  upload_id, created_at)``, a project's name for an upload. Rows of several projects may point at
-  one upload: that is the deduplication.
+* what names them, in PostgreSQL (migrations 0003, 0009): ``blobs(namespace, digest, size, media_type,
+  upload_id, created_at, referenced_at, attributed_until)``, a project's name for an upload. Rows of
+  several projects may point at one upload: that is the deduplication.
 
 Writing: :func:`put` streams the body into a fresh object (it appears whole or not at all), hashing
 as it goes; at the end it checks the expected digest (a mismatch deletes the object and raises
 :class:`DigestMismatch`) and registers the blob in one transaction, serialised per digest by an
-advisory lock: if the project has the digest already, or another project does, the new object is
-deleted and the existing upload is used. A failed or cancelled upload deletes what it wrote.
+advisory lock: if the project has the digest already (its row is then refreshed: ``referenced_at``),
+or another project does, the new object is deleted and the existing upload is used. A failed or
+cancelled upload deletes what it wrote.
 
-Not yet (documented, for later): deleting blobs. A delete must drop the project's ``blobs`` row and
-then the object only when no other row points at that ``upload_id`` (reference counting by query,
-under the same per-digest lock). Objects left by a process that died between writing an object and
-registering it belong to no row; a sweep can remove objects no row names once they are older than
-any upload in flight. Nor is there a size limit per blob or a quota per project yet.
+Limits (:class:`Limits`, ADR 0034): a blob larger than ``max_size`` raises :class:`BlobTooLarge`, one
+that would take the project's stored bytes (the sum of its rows' sizes) past ``quota`` raises
+:class:`QuotaExceeded`. Both are checked against a declared size before anything is read, then while
+the body streams (reading stops at the first byte over, and the partial object is deleted), and the
+quota once more at registration, under a per-project advisory lock taken before the digest's: two
+uploads racing for the last bytes of a quota are serialised there, so registered bytes never pass the
+quota; while uploads stream, the object store may hold at most their in-flight bytes beyond it.
+
+Deleting: blobs are deleted only by the collector (``nodus.storage.blobcollection``), which drops a
+project's row and then the object when no other row points at that upload, under the same per-digest
+lock. :func:`refresh` marks rows as referenced now (the collector's stamp, and the check of an uploaded
+checkpoint manifest's chunks): a row refreshed is never collected within the grace period, and a row
+collected is never reported present.
 """
 
 from __future__ import annotations
@@ -33,8 +42,9 @@ import contextlib
 import hashlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from nodus.storage.errors import StorageError
@@ -47,6 +57,8 @@ DEFAULT_MEDIA_TYPE = "application/octet-stream"
 
 # Two-key advisory locks (class, hash of the digest): never meets the one-key locks, nor the logs' class.
 _LOCK_CLASS = 7262024
+# Two-key advisory locks (class, hash of the project) serialising quota checks; taken before the digest's.
+_PROJECT_LOCK_CLASS = 7262026
 
 _OPEN = "SELECT digest, size, media_type, upload_id FROM blobs WHERE namespace = $1 AND digest = $2"
 
@@ -59,6 +71,34 @@ class DigestMismatch(StorageError):
         self.expected = expected
         self.actual = actual
         self.size = size
+
+
+class BlobTooLarge(StorageError):
+    """The blob is larger than ``limit`` bytes: ``size`` were declared, or received when reading stopped."""
+
+    def __init__(self, limit: int, size: int, *, declared: bool) -> None:
+        said = "declares" if declared else "sent at least"
+        super().__init__(f"the upload {said} {size} bytes; the largest blob is {limit} bytes")
+        self.limit, self.size, self.declared = limit, size, declared
+
+
+class QuotaExceeded(StorageError):
+    """Storing ``size`` more bytes would take ``namespace`` past its ``quota``: it stores ``used`` now.
+    ``complete`` is False when ``size`` is only what arrived before reading stopped."""
+
+    def __init__(self, namespace: str, quota: int, used: int, size: int, *, complete: bool) -> None:
+        amount = f"{size}" if complete else f"at least {size}"
+        super().__init__(f"project {namespace} stores {used} of its {quota} bytes; {amount} more would pass it")
+        self.namespace, self.quota, self.used, self.size, self.complete = namespace, quota, used, size, complete
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one upload may store: a blob of at most ``max_size`` bytes, and only while the project's
+    stored bytes stay within ``quota`` (None: no limit)."""
+
+    max_size: int | None = None
+    quota: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,23 +139,42 @@ async def put(
     chunks: AsyncIterator[bytes],
     media_type: str = DEFAULT_MEDIA_TYPE,
     expected_digest: str | None = None,
+    limits: Limits = Limits(),
+    declared_size: int | None = None,
 ) -> BlobInfo:
     """Store the bytes of ``chunks`` as a blob of ``namespace``; returns the blob as registered.
 
     Pieces of any size are accepted and streamed to ``store`` as they arrive. When
     ``expected_digest`` is given and the bytes hash otherwise, nothing is kept and
     :class:`DigestMismatch` is raised. When the project already has the digest, the existing blob is
-    returned (with the media type it was first stored with). Whatever fails (the database, the
-    store, the source of ``chunks``, cancellation), the new object is removed before the exception
-    propagates."""
+    returned (with the media type it was first stored with). ``limits`` are checked against
+    ``declared_size`` (a Content-Length) before ``chunks`` is touched, then while it is read, and the
+    quota again at registration (:class:`BlobTooLarge`, :class:`QuotaExceeded`); bytes the project
+    holds already under ``expected_digest`` take no quota. Whatever fails (a limit, the database, the
+    store, the source of ``chunks``, cancellation), reading stops and the new object is removed before
+    the exception propagates."""
     connection = _connection(storage)
+    if limits.max_size is not None and declared_size is not None and declared_size > limits.max_size:
+        raise BlobTooLarge(limits.max_size, declared_size, declared=True)
+    quota = limits.quota
+    if quota is not None and expected_digest is not None and await open(storage, namespace, expected_digest):
+        quota = None  # a second upload of what the project has stores nothing new
+    used = await usage(storage, namespace) if quota is not None else 0
+    if quota is not None and declared_size is not None and used + declared_size > quota:
+        raise QuotaExceeded(namespace, quota, used, declared_size, complete=True)
     upload_id = uuid.uuid4()
     key = object_key(upload_id)
     hasher = hashlib.sha256()
 
     async def hashed() -> AsyncIterator[bytes]:
+        received = 0
         async for piece in chunks:
             if piece:
+                received += len(piece)
+                if limits.max_size is not None and received > limits.max_size:
+                    raise BlobTooLarge(limits.max_size, received, declared=False)
+                if quota is not None and used + received > quota:
+                    raise QuotaExceeded(namespace, quota, used, received, complete=False)
                 hasher.update(piece)
                 yield piece
 
@@ -125,7 +184,8 @@ async def put(
         digest = DIGEST_PREFIX + hasher.hexdigest()
         if expected_digest is not None and expected_digest != digest:
             raise DigestMismatch(expected_digest, digest, size)
-        info = await _register(connection, store, namespace, BlobInfo(digest, size, media_type, upload_id))
+        staged = BlobInfo(digest, size, media_type, upload_id)
+        info = await _register(connection, store, namespace, staged, limits.quota)
         registered = True
         return info
     finally:
@@ -139,15 +199,25 @@ async def _register(
     store: ObjectStore,
     namespace: str,
     staged: BlobInfo,
+    quota: int | None,
 ) -> BlobInfo:
-    """Name ``staged`` in ``namespace``, reusing an upload of the same digest when there is one."""
+    """Name ``staged`` in ``namespace``, reusing an upload of the same digest when there is one; with a
+    ``quota``, refuse (:class:`QuotaExceeded`) a new row that would take the project past it."""
     assert staged.upload_id is not None
     async with connection() as conn, conn.transaction():
+        if quota is not None:
+            await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", _PROJECT_LOCK_CLASS, namespace)
         await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", _LOCK_CLASS, staged.digest)
         mine = await conn.fetchrow(_OPEN, namespace, staged.digest)
         if mine is not None:
+            # Uploaded again: a use of the blob, which the collector must not take from under it (ADR 0034).
+            await conn.execute(_REFRESH_ONE, namespace, staged.digest)
             await store.delete(object_key(staged.upload_id))
             return _info(mine)
+        if quota is not None:
+            used = int(await conn.fetchval(_USAGE, namespace))
+            if used + staged.size > quota:
+                raise QuotaExceeded(namespace, quota, used, staged.size, complete=True)
         upload_id = await conn.fetchval(
             "SELECT upload_id FROM blobs WHERE digest = $1 AND size = $2 LIMIT 1", staged.digest, staged.size
         )
@@ -164,6 +234,51 @@ async def _register(
             upload_id,
         )
     return BlobInfo(staged.digest, staged.size, staged.media_type, upload_id)
+
+
+_USAGE = "SELECT coalesce(sum(size), 0) FROM blobs WHERE namespace = $1"
+_REFRESH_ONE = "UPDATE blobs SET referenced_at = now() WHERE namespace = $1 AND digest = $2"
+# Rows of the given digests locked in digest order (two refreshes never wait on each other in a cycle),
+# then marked referenced now; the digests of the rows refreshed.
+_REFRESH = """
+    WITH locked AS (
+        SELECT digest FROM blobs WHERE namespace = $1 AND digest = ANY($2::text[]) ORDER BY digest FOR UPDATE
+    )
+    UPDATE blobs b SET referenced_at = now() FROM locked WHERE b.namespace = $1 AND b.digest = locked.digest
+    RETURNING b.digest
+"""
+
+
+async def usage(storage: Storage, namespace: str) -> int:
+    """The bytes ``namespace`` stores: the sizes of its blobs, each digest once (what its quota counts)."""
+    async with _connection(storage)() as conn:
+        return int(await conn.fetchval(_USAGE, namespace))
+
+
+async def refresh(storage: Storage, namespace: str, digests: Iterable[str], fresh_for: timedelta) -> set[str]:
+    """Mark the blobs ``digests`` of ``namespace`` as referenced now; returns those the project holds.
+
+    A row refreshed at most ``fresh_for`` ago is left as it is (the collector takes only rows older than
+    its grace period, which is longer). Either this wins and the row is kept for another grace period, or
+    the collector deleted it first and the digest is not returned: a digest returned is stored."""
+    wanted = sorted(set(digests))
+    if not wanted:
+        return set()
+    async with _connection(storage)() as conn, conn.transaction():
+        rows = await conn.fetch(
+            "SELECT digest, referenced_at > now() - $3::interval AS fresh FROM blobs "
+            "WHERE namespace = $1 AND digest = ANY($2::text[])",
+            namespace,
+            wanted,
+            fresh_for,
+        )
+        # A fresh row cannot be collected now; a stale one may be at this moment, so it is locked and
+        # refreshed, and counted only if it was still there.
+        present = {r["digest"] for r in rows if r["fresh"]}
+        stale = sorted(r["digest"] for r in rows if not r["fresh"])
+        if stale:
+            present.update(r["digest"] for r in await conn.fetch(_REFRESH, namespace, stale))
+    return present
 
 
 def _info(record: Any) -> BlobInfo:

@@ -15,7 +15,8 @@ does not. Two implementations, chosen by ``--blob-store URL`` (:func:`open_store
 
 Both stream: ``put`` consumes an async iterator of chunks and ``get`` yields chunks, never more than
 one part (8 MiB for S3, 1 MiB on the filesystem) in memory. Blocking calls run in worker threads.
-Keys are relative paths of ``[A-Za-z0-9._/-]`` without ``..``.
+Keys are relative paths of ``[A-Za-z0-9._/-]`` without ``..``. ``list`` names the objects under a
+prefix with the time each was last written, for the sweep of objects no blob names (ADR 0034).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,6 +38,15 @@ READ_BYTES = 1 << 20
 S3_PART_BYTES = 8 << 20  # S3 wants parts of at least 5 MiB, except the last
 _KEY = re.compile(r"^(?!.*\.\.)[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 _PARTIAL = ".partial"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as :meth:`ObjectStore.list` names it: its key and when it was written (UTC). On the
+    filesystem that is when its last byte was written; on S3, when its (multipart) upload began."""
+
+    key: str
+    modified: datetime
 
 
 class ObjectStore(Protocol):
@@ -53,6 +66,11 @@ class ObjectStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Remove the object; a missing object is not an error."""
+        ...
+
+    def list(self, prefix: str) -> AsyncIterator[StoredObject]:
+        """Every complete object whose key starts with ``prefix`` (a directory such as ``uploads/``), in no
+        particular order. Objects being written are not listed (they are not complete yet)."""
         ...
 
 
@@ -120,6 +138,23 @@ class FilesystemStore:
     async def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(self._path(key).unlink)
+
+    async def list(self, prefix: str) -> AsyncIterator[StoredObject]:
+        for found in await asyncio.to_thread(_files_under, self._path(prefix.rstrip("/")), self.root):
+            yield found
+
+
+def _files_under(directory: Path, root: Path) -> list[StoredObject]:
+    """The regular files under ``directory`` as objects keyed relative to ``root`` (a temporary file of an
+    upload in flight is under ``.partial``, never here)."""
+    found = []
+    for path in directory.rglob("*") if directory.is_dir() else ():
+        with contextlib.suppress(FileNotFoundError):  # removed while listing
+            if S_ISREG((stat := path.lstat()).st_mode):
+                found.append(
+                    StoredObject(path.relative_to(root).as_posix(), datetime.fromtimestamp(stat.st_mtime, UTC))
+                )
+    return found
 
 
 def _flush(handle: Any) -> None:
@@ -200,3 +235,15 @@ class S3Store:
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    async def list(self, prefix: str) -> AsyncIterator[StoredObject]:
+        # Only completed uploads are objects: an upload in flight is a multipart upload, never listed here.
+        base = f"{self.prefix}/" if self.prefix else ""
+        arguments: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base + check_key(prefix.rstrip("/")) + "/"}
+        while True:
+            page = await asyncio.to_thread(self._client.list_objects_v2, **arguments)
+            for item in page.get("Contents") or []:
+                yield StoredObject(str(item["Key"]).removeprefix(base), item["LastModified"].astimezone(UTC))
+            if not page.get("IsTruncated"):
+                return
+            arguments["ContinuationToken"] = page["NextContinuationToken"]

@@ -107,7 +107,34 @@ blobs = sa.Table(
     sa.Column("media_type", sa.Text, nullable=False),
     sa.Column("upload_id", sa.Uuid, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    # Migration 0009 (ADR 0034): when something last named it, and until when a Job bills its bytes.
+    sa.Column("referenced_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("attributed_until", sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint("namespace", "digest"),
     sa.Index("ix_blobs_digest", "digest"),
     sa.Index("ix_blobs_upload_id", "upload_id"),
+    sa.Index("ix_blobs_namespace_referenced_at", "namespace", "referenced_at"),
+)
+
+# One row per ended hour of a project's storage: the bytes no Job bills and their price (migration 0009,
+# nodus.storage.storagehours).
+project_storage_hours = sa.Table(
+    "project_storage_hours",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("project_uid", sa.Text, nullable=False),
+    sa.Column("hour", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.Column("amount", sa.Numeric(24, 6), nullable=False),
+    sa.Column("sampled_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("charged_at", sa.DateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint("project_uid", "hour"),
+    sa.CheckConstraint("bytes >= 0 AND amount >= 0", name="not_negative"),
+    sa.Index("ix_project_storage_hours_namespace", "namespace"),
+    sa.Index(
+        "ix_project_storage_hours_unpaid",
+        "project_uid",
+        "hour",
+        postgresql_where=sa.text("amount > 0 AND charged_at IS NULL"),
+    ),
 )

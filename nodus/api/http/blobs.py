@@ -18,9 +18,15 @@
   else is one file, named by ``filename``. 201 with ``{"kind": "VolumeRevision", ...}``: the
   Volume's name and the revision recorded. The body is checked only against ``digest`` when given.
 
+Both uploads are bounded (``bloblimits``, ADR 0034): a blob larger than ``--max-blob-size`` is a 413
+``BlobTooLarge`` and one that would take the project past ``--project-storage-quota`` a 403
+``StorageQuotaExceeded``, refused from ``Content-Length`` before reading or the moment the body passes
+the limit, with nothing stored.
+
 Authorization reuses the project roles through the Job kind: writing a blob needs what creating a
 Job needs (Editor), reading one what getting a Job needs (Viewer); the Forbidden message names
-``blobs``. Blob bytes are not objects: there is no list, watch or delete yet (see the storage module).
+``blobs``. Blob bytes are not objects: there is no list, watch or delete; blobs nothing names are
+deleted by the collector after a grace period (``nodus.api.blobcollection``).
 These endpoints are not in the OpenAPI documents (they carry raw bytes, not objects); ``docs/blobs.md``
 describes them.
 """
@@ -38,14 +44,14 @@ from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed
-from nodus.api.http import streaming
+from nodus.api.http import bloblimits, streaming
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery.units import format_time, now
-from nodus.storage import blobs
-from nodus.storage.blobs import BlobInfo, DigestMismatch
+from nodus.storage import blobcollection, blobs
+from nodus.storage.blobs import BlobInfo, BlobTooLarge, DigestMismatch, QuotaExceeded
 from nodus.storage.errors import Key
 from nodus.storage.objectstore import ObjectStore
 
@@ -142,9 +148,27 @@ async def body_chunks(request: Request) -> AsyncIterator[bytes]:
 async def store(
     server: APIServer, request: Request, namespace: str, kind: str, media: str, expected: str | None
 ) -> BlobInfo:
-    """Stream the request body into a blob of ``namespace``; a 422 Status on a digest mismatch."""
+    """Stream the request body into a blob of ``namespace``; a 422 Status on a digest mismatch, a 413 or 403
+    past the limits (``bloblimits``), a 422 for a checkpoint manifest naming chunks the project lacks."""
+    objects = blob_store(server)
+    chunks = body_chunks(request)
     try:
-        return await blobs.put(server.storage, blob_store(server), namespace, body_chunks(request), media, expected)
+        info = await blobs.put(
+            server.storage,
+            objects,
+            namespace,
+            chunks,
+            media,
+            expected,
+            bloblimits.limits(server),
+            bloblimits.declared_size(request),
+        )
+    except BlobTooLarge as exc:
+        bloblimits.stop_reading(request)
+        raise bloblimits.too_large(exc, kind) from None
+    except QuotaExceeded as exc:
+        bloblimits.stop_reading(request)
+        raise bloblimits.over_quota(exc, kind) from None
     except DigestMismatch as exc:
         raise APIError(
             "Invalid",
@@ -164,6 +188,9 @@ async def store(
                 ],
             },
         ) from None
+    if media == blobcollection.CHECKPOINT_MANIFEST_MEDIA_TYPE:
+        await bloblimits.check_manifest(server, objects, namespace, info)
+    return info
 
 
 class BlobResponse(Response):

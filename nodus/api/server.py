@@ -12,6 +12,7 @@ from nodus.api.auth.bootstraptokens import BootstrapTokenAuthenticator
 from nodus.api.auth.nodecredentials import NodeCredentials
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
+from nodus.api.blobcollection import BlobCollector, CollectionSettings
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
 from nodus.api.kinds import catalog, destinationrules, secret
@@ -21,6 +22,8 @@ from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
 from nodus.api.store import GenericStore
 from nodus.apimachinery.sealing import Keyring
+from nodus.billing.storage import Price as StoragePrice
+from nodus.catalog.pricebook import HOURS_PER_MONTH
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage
 from nodus.storage.objectstore import ObjectStore, open_store
@@ -67,6 +70,7 @@ class APIServer:
         # Opened here, so that a bad --blob-store stops the server before it starts.
         self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
         self.authorizer = Authorizer(self._project, self._projects_for, StoredNodeGraph(self.storage, self.blob_store))
+        self.blob_collector = self._blob_collector()
         self.stores["jobs"].admission = JobEstimates(
             self.storage, self.price_book.version, settings.funded_window, self.secret_keys
         ).admit
@@ -82,12 +86,30 @@ class APIServer:
                 )
         await offerings.sync(self.storage, self.price_book)
         self.garbage_collector.start()
+        if self.blob_collector is not None:
+            self.blob_collector.start()
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
         await self.garbage_collector.stop()
+        if self.blob_collector is not None:
+            await self.blob_collector.stop()
         await self.storage.stop()
+
+    def _blob_collector(self) -> BlobCollector | None:
+        """Collects unreferenced blobs and charges projects' storage (ADR 0034); none without a blob store."""
+        if self.blob_store is None:
+            return None
+        entry = self.price_book.storage
+        settings = CollectionSettings(
+            grace=self.settings.blob_grace_period,
+            interval=self.settings.blob_collection_interval,
+            hour=self.settings.storage_charge_interval,
+            quota=self.settings.project_storage_quota,
+            price=StoragePrice(entry.rate_per_gib_month, HOURS_PER_MONTH),
+        )
+        return BlobCollector(self.storage, self.blob_store, self.stores["projects"], settings)
 
     async def _project(self, name: str) -> dict[str, Any] | None:
         return await self.storage.get(Key("Project", "", name))

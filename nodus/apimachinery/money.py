@@ -26,6 +26,18 @@ def charge(rate_per_hour: Decimal, seconds: Decimal) -> Decimal:
     return (rate_per_hour * seconds / SECONDS_PER_HOUR).quantize(MICRO, rounding=ROUND_HALF_UP)
 
 
+#: Storage is priced per GiB (2^30 bytes) and month.
+GIB = 2**30
+
+
+def storage_hour(billed_bytes: int, rate_per_gib_month: Decimal, hours_per_month: int) -> Decimal:
+    """What one hour of ``billed_bytes`` costs at ``rate_per_gib_month`` USD per GiB for a month of
+    ``hours_per_month`` hours, rounded half-up to the micro-dollar (once): a Job's outputs (ADR 0023) and a
+    project's other bytes (ADR 0034) are priced by this one rule."""
+    exact = Decimal(billed_bytes) * rate_per_gib_month / (Decimal(GIB) * hours_per_month)
+    return exact.quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
 #: The billing increment: an allocation's billed time is rounded up to a whole number of these, and
 #: one increment is the least an allocation costs (``minimumChargeUSD``).
 INCREMENT_SECONDS = 60

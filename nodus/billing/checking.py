@@ -7,7 +7,9 @@ below zero, holds add up and settle once, held credit equals the open holds) and
 limit lowered below what is committed shows here too); here are the display copies: every
 Project's ``status.credits`` and every final Attempt's ``status.cost`` must show what the ledger
 says (a copy may lag a moment after a movement; verify reads both, so run it on a quiet system or
-run it twice).
+run it twice). A project's own storage (ADR 0034): every sampled hour marked charged has exactly its
+amount in the ledger and no hour is charged unmarked, and ``status.storage.chargedUSD`` of every
+Project equals its storage charges.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from decimal import Decimal
 
 from nodus.apimachinery import units
 from nodus.billing import budgets, ledger, money
-from nodus.storage import copies
+from nodus.billing import storage as projectstorage
+from nodus.storage import copies, storagehours
 from nodus.storage import ledger as tables
 from nodus.storage.ledger import Breach, StatementLine
 from nodus.storage.objects import Storage
@@ -43,6 +46,7 @@ async def verify(url: str) -> list[Breach]:
                         )
                     )
         found += await _attempt_copies(storage)
+        found += await _project_storage(storage)
         return found
     finally:
         await storage.stop()
@@ -70,6 +74,33 @@ async def _attempt_copies(storage: Storage) -> list[Breach]:
                         f"{money.text(amount)}",
                     )
                 )
+    return found
+
+
+async def _project_storage(storage: Storage) -> list[Breach]:
+    """A project's storage hours agree with the ledger, and its Project shows what the ledger charged."""
+    found = [
+        Breach(
+            "ProjectStorageCharged",
+            f"project {row['namespace']}: storage hour {row['hour']} sampled at {money.text(row['amount'])} USD, "
+            + (
+                f"the ledger charged {money.text(row['charged'])}"
+                if row["charged"] is not None
+                else "marked charged but not in the ledger"
+            )
+            + ("" if row["marked"] else " without marking it charged"),
+        )
+        for row in await storagehours.disagreements(storage, projectstorage.KEY_PREFIX)
+    ]
+    for name, uid, shown in await storagehours.shown(storage):
+        charged = (await tables.numbered_charges(storage, uid, projectstorage.SEGMENT)).amount
+        if Decimal(str(shown)) != charged:
+            found.append(
+                Breach(
+                    "DisplayCopyEqualsLedger",
+                    f"project {name}: status.storage.chargedUSD shows {shown}, the ledger {money.text(charged)}",
+                )
+            )
     return found
 
 

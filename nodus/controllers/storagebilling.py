@@ -2,10 +2,12 @@
 
 Keyed by Job; level-triggered. The rule (ADR 0023):
 
-* A Job keeps the bytes of its committed outputs (``status.outputs``, each with its ``committedTime``;
-  checkpoints join with recovery). Billing starts when the first non-empty output is committed
-  (``start``) and lasts while the Job exists, in hours counted from ``start``: hour ``n`` is
-  ``[start + n h, start + (n + 1) h)``.
+* A Job keeps the bytes of its committed outputs (``status.outputs``, each with its ``committedTime``).
+  Billing starts when the first non-empty output is committed (``start``) and lasts while the Job
+  exists, in hours counted from ``start``: hour ``n`` is ``[start + n h, start + (n + 1) h)``. Every
+  other byte of a project (checkpoints, uploads, Volume revisions, a gone Job's outputs) is charged to
+  the project by the API server's blob collector (ADR 0034), which leaves a Job's outputs to the Job
+  while it exists and for more than an hour after, so that no hour is charged twice.
 * Hour ``n`` is charged once it has ended (post-paid), for the bytes committed before its end above the
   free inclusion (its ``billedBytes``): ``billedBytes / 2^30 x rateUSDPerGiBMonth / 730``, rounded half-up
   to the micro-dollar (:func:`hourly_charge`). An hour that rounds to nothing is not posted.
@@ -36,11 +38,10 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
-from nodus.apimachinery import units
-from nodus.apimachinery.money import MICRO
+from nodus.apimachinery import money, units
 from nodus.apimachinery.money import text as usd
 from nodus.client import Client, errors
 from nodus.controllers.jobs import conditions
@@ -56,7 +57,7 @@ FINALIZER = "nodus.dev/storage-charges"
 SEGMENT = "Storage"
 CONDITION = "StoragePaid"
 HOUR = timedelta(hours=1)
-GIB = 2**30
+GIB = money.GIB
 SECONDS_BILLED = Decimal(3600)  # an hour is billed as an hour, however long a test makes it
 RETRY_SECONDS = 60.0
 UNPAID_INDEX = "storage-unpaid"
@@ -88,8 +89,7 @@ def billed_bytes(stored: int, free: int) -> int:
 
 def hourly_charge(billed: int, price: Price) -> Decimal:
     """What one hour of ``billed`` bytes costs, rounded half-up to the micro-dollar (once)."""
-    exact = Decimal(billed) * price.rate_per_gib_month / (Decimal(GIB) * price.hours_per_month)
-    return exact.quantize(MICRO, rounding=ROUND_HALF_UP)
+    return money.storage_hour(billed, price.rate_per_gib_month, price.hours_per_month)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,35 @@ class ProjectCredits(Model):
     )
 
 
+class ProjectStorage(Model):
+    """ProjectStorage is a display copy of the bytes the project stores and what its storage was charged
+    (ADR 0034); written by the API server's blob collector."""
+
+    billed_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="BilledBytes is what the project is charged for by the GiB-hour now: the bytes no Job bills as "
+        "its outputs (uploaded blobs, Volume revisions, checkpoints, outputs of deleted Jobs until collected).",
+    )
+    bytes: int | None = Field(
+        default=None, ge=0, description="Bytes is what the project stores: its blobs, each digest once."
+    )
+    charged_usd: str | None = Field(
+        default=None,
+        alias="chargedUSD",
+        description="ChargedUSD is what the project's own storage hours were charged so far (Jobs show theirs).",
+    )
+    owed_usd: str | None = Field(
+        default=None,
+        alias="owedUSD",
+        description="OwedUSD is what storage hours the project's available credit could not pay add up to; they "
+        "are charged as soon as it can.",
+    )
+    quota_bytes: int | None = Field(
+        default=None, ge=0, description="QuotaBytes is the most the project may store (--project-storage-quota)."
+    )
+
+
 class ProjectStatus(Model):
     """ProjectStatus is what Nodus observed about a project."""
 
@@ -68,6 +97,10 @@ class ProjectStatus(Model):
     )
     phase: Literal["Active", "Terminating"] | None = Field(
         default=None, description="Phase is Active, or Terminating while its contents are being deleted."
+    )
+    storage: ProjectStorage | None = Field(
+        default=None,
+        description="Storage is a display copy of what the project stores and what its storage was charged.",
     )
 
 

@@ -27,6 +27,7 @@ from nodus.api.http import (
     outputs,
     resources,
     secrets,
+    streaming,
     system,
 )
 from nodus.api.http.responses import error_response, request_id
@@ -110,6 +111,9 @@ def create_app(server: APIServer) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, title="Nodus")
     app.state.server = server
+    app.state.streams = streaming.StreamLimits(
+        server.settings.max_watches_per_user, server.settings.max_log_follows_per_user
+    )
     router: Any = app.router
     for path, endpoint in (
         ("/version", system.get_version),

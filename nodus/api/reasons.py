@@ -161,6 +161,16 @@ _register(
     "the project already holds take no quota. Nothing is stored when an upload is refused.",
 )
 _register(
+    "TooManyRequests",
+    429,
+    "The caller has as many watches or followed logs open on this API server as one user may.",
+    "Close streams you no longer need and retry after the Retry-After seconds; an operator may raise "
+    "--max-watches-per-user or --max-log-follows-per-user.",
+    "Each watch and each followed log holds a connection and memory for as long as it lasts, so an API server "
+    "process lets one user hold only so many at once (default 100 watches and 20 followed logs). The message names "
+    "the cap. Administrators (system:masters) are exempt.",
+)
+_register(
     "Timeout",
     504,
     "The request did not complete in time.",

@@ -20,8 +20,13 @@ class ServerSettings:
     watch_retention: timedelta = timedelta(minutes=15)
     watch_cache_capacity: int = 20_000
     bookmark_interval: float = 10.0
-    # Longest watch when the client gives no timeoutSeconds (kube-apiserver: 30-60 minutes).
-    default_watch_timeout: float = 1800.0
+    # kube-apiserver's --min-request-timeout: a watch without timeoutSeconds lasts between this and twice this
+    # (spread so that reconnects do not come at once), and no watch lasts longer than twice this (ADR 0033).
+    min_request_timeout: float = 1800.0
+    # Concurrent watches and followed logs one user may hold open on this process (0: no cap). Administrators
+    # (system:masters) are exempt, as kube-apiserver's priority and fairness exempts them (ADR 0033).
+    max_watches_per_user: int = 100
+    max_log_follows_per_user: int = 20
     pool_size: int = 20
     # Base of the docs links in errors; the request's own base URL when empty.
     external_url: str = ""

@@ -20,6 +20,11 @@ from nodus.cli import billing, commands, estimate, keys, nodes, processes
 from nodus.cli.processes import duration as _duration
 
 
+def _seconds(text: str) -> timedelta:
+    """A whole number of seconds (kube-apiserver's form of --min-request-timeout) or a duration."""
+    return timedelta(seconds=int(text)) if text.isdigit() else _duration(text)
+
+
 def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = True) -> None:
     """The API server's flags; ``funded_window`` False where the controllers' flag of that name is added
     too (nodus dev), which then serves both."""
@@ -45,6 +50,30 @@ def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = Tru
         type=_duration,
         default=timedelta(seconds=10),
         help="how often an idle watch that allows bookmarks gets one (default 10s)",
+    )
+    parser.add_argument(
+        "--min-request-timeout",
+        type=_seconds,
+        default=timedelta(minutes=30),
+        metavar="DURATION",
+        help="as kube-apiserver's: a watch without timeoutSeconds lasts between this and twice this, and no watch "
+        "lasts longer than twice this (seconds, or a duration such as 30m; default 30m)",
+    )
+    parser.add_argument(
+        "--max-watches-per-user",
+        type=int,
+        default=100,
+        metavar="N",
+        help="watches one user may hold open on this process; the next gets 429 (0: no cap; administrators are "
+        "exempt; default 100)",
+    )
+    parser.add_argument(
+        "--max-log-follows-per-user",
+        type=int,
+        default=20,
+        metavar="N",
+        help="logs one user may follow at once on this process; the next gets 429 (0: no cap; administrators are "
+        "exempt; default 20)",
     )
     parser.add_argument("--external-url", default="", help="base URL of the docs links in error responses")
     parser.add_argument(

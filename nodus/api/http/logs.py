@@ -16,7 +16,8 @@ Filters apply in this order: container, stream and since, then ``tailLines`` (th
 then ``limitBytes`` on the bytes sent (a line may be cut). The first page is read before the
 response starts, so a failure there is a Status; later pages are streamed, ``PAGE`` lines at a
 time. ``follow`` polls storage every ``POLL_SECONDS`` and ends once the attempt is in a terminal
-phase (or gone) and every line it had stored by then is sent, or when the client disconnects.
+phase (or gone) and every line it had stored by then is sent, or when the client disconnects. A user
+may follow at most ``--max-log-follows-per-user`` logs at once on one API server process (429 beyond).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http import streaming
 from nodus.api.http.authentication import authenticate
+from nodus.api.http.streaming import Slot
 from nodus.api.registry import GROUP, KindInfo
 from nodus.api.server import APIServer
 from nodus.apimachinery import fieldpath
@@ -369,9 +371,10 @@ class _Reader:
 class LogResponse(Response):
     """A ``text/plain`` stream that ends with the log, or at once when the client disconnects."""
 
-    def __init__(self, reader: _Reader) -> None:
+    def __init__(self, reader: _Reader, slot: Slot | None) -> None:
         super().__init__(status_code=200, media_type="text/plain; charset=utf-8")
         self._reader = reader
+        self._slot = slot
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         headers = [
@@ -379,7 +382,11 @@ class LogResponse(Response):
             (b"cache-control", b"no-cache, private"),
             (b"x-content-type-options", b"nosniff"),
         ]
-        await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.key}")
+        try:
+            await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.key}")
+        finally:
+            if self._slot is not None:
+                self._slot.release()
 
     async def _pump(self, send: Any) -> None:
         async for data in self._reader.chunks():
@@ -387,10 +394,19 @@ class LogResponse(Response):
                 await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def _serve(server: APIServer, info: KindInfo, attempt: dict[str, Any], options: LogOptions) -> Response:
-    reader = _Reader(server, info, attempt, options)
-    await reader.start()
-    return LogResponse(reader)
+async def _serve(
+    request: Request, principal: Principal, info: KindInfo, attempt: dict[str, Any], options: LogOptions
+) -> Response:
+    """The log response; a followed log holds one of the user's follow slots until it ends (ADR 0033)."""
+    slot = streaming.limits(request).acquire(principal, "follow") if options.follow else None
+    try:
+        reader = _Reader(request.app.state.server, info, attempt, options)
+        await reader.start()
+    except BaseException:
+        if slot is not None:
+            slot.release()
+        raise
+    return LogResponse(reader, slot)
 
 
 # --- endpoints -----------------------------------------------------------------------------------
@@ -433,7 +449,7 @@ async def attempt_log(request: Request) -> Response:
         return Response(status_code=204)
     await server.authorizer.authorize(principal, "get", info, namespace, name, "log")
     options = parse_options(request.query_params)
-    return await _serve(server, info, await _attempt(server, info, namespace, name), options)
+    return await _serve(request, principal, info, await _attempt(server, info, namespace, name), options)
 
 
 def _append_refused(principal: Principal, info: KindInfo, namespace: str) -> APIError:
@@ -469,7 +485,7 @@ async def job_log(request: Request) -> Response:
     if job is None:
         raise not_found(jobs.plural, GROUP, name)
     attempt = await _attempt_of(server, attempts, job, index, number, rank)
-    return await _serve(server, attempts, attempt, options)
+    return await _serve(request, principal, attempts, attempt, options)
 
 
 async def _attempt_of(

@@ -21,7 +21,7 @@ from nodus.api import decoding, fieldmanagement, negotiation, patching, schemas,
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed
-from nodus.api.http import bodies, lists, paths, queries, watches
+from nodus.api.http import bodies, lists, paths, queries, streaming, watches
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.paths import Target
 from nodus.api.http.responses import docs_base, request_id, respond
@@ -172,17 +172,23 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
     options = queries.parse(request.query_params, info, watch_path=target.legacy_watch)
     readable = await server.authorizer.readable_projects(principal)
     if verb == "watch":
-        return await watches.respond_watch(
-            server,
-            info,
-            target.namespace,
-            target.name,
-            options,
-            readable,
-            representation,
-            docs_base(request),
-            request_id(request),
-        )
+        slot = streaming.limits(request).acquire(principal, "watch")  # before the initial list is read
+        try:
+            return await watches.respond_watch(
+                server,
+                info,
+                target.namespace,
+                target.name,
+                options,
+                readable,
+                representation,
+                docs_base(request),
+                request_id(request),
+                slot,
+            )
+        except BaseException:
+            slot.release()
+            raise
     query = await lists.build_query(server, info, target.namespace, options, readable)
     return await lists.respond_list(server, info, query, representation, options.include_object)
 

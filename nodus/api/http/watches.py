@@ -8,6 +8,11 @@ watcher so far behind that its position left the log) arrive as an ERROR event w
 
 A kind whose stored object is not what clients see (``KindInfo.served``: Secret) never gets the shared
 bytes: its encoder decodes each event and serialises the served form for each watcher.
+
+No watch lasts forever (ADR 0033): without ``timeoutSeconds`` it lasts between ``--min-request-timeout``
+and twice that, as in kube-apiserver, and a longer ``timeoutSeconds`` is cut to twice that; clients
+reconnect from their last resourceVersion. Each watch holds one of its user's slots
+(``streaming.StreamLimits``) until it ends.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from nodus.api.errors import APIError, expired
 from nodus.api.http import streaming
 from nodus.api.http.lists import build_query, open_list, too_large
 from nodus.api.http.queries import ListOptions
+from nodus.api.http.streaming import Slot
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
@@ -181,16 +187,20 @@ class WatchResponse(Response):
     in-process test transports) it keeps reading the cache itself.
     """
 
-    def __init__(self, watch: _Watch) -> None:
+    def __init__(self, watch: _Watch, slot: Slot) -> None:
         super().__init__(status_code=200, media_type="application/json")
         self._watch = watch
+        self._slot = slot
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         transport = scope.get("state", {}).get("transport")
         headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-cache, private")]
-        await streaming.stream(
-            receive, send, headers, lambda: self._watch.run(send, transport), f"watch {self._watch.request_id}"
-        )
+        try:
+            await streaming.stream(
+                receive, send, headers, lambda: self._watch.run(send, transport), f"watch {self._watch.request_id}"
+            )
+        finally:
+            self._slot.release()
 
 
 @dataclass
@@ -279,7 +289,9 @@ async def respond_watch(
     representation: Representation,
     docs_base: str,
     request_id: str,
+    slot: Slot,
 ) -> WatchResponse:
+    """The watch response; it releases ``slot`` when the stream ends (the caller releases it if this raises)."""
     cache = server.storage.watch_cache
     fields = options.fields
     if name is not None:
@@ -311,10 +323,17 @@ async def respond_watch(
         error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
     if start > cache.head:
         await cache.wait_for_head(start, 3.0)
-    if options.timeout_seconds:
-        timeout = float(options.timeout_seconds)
-    else:  # spread reconnects like kube-apiserver: between one and two default timeouts
-        timeout = server.settings.default_watch_timeout * (1 + random.random())
     encoder = _Encoder(info, representation, options.include_object)
-    return WatchResponse(_Watch(server, info, watch_filter, options, encoder, initial, start, timeout, error,
-                                docs_base, request_id))  # fmt: skip
+    timeout = watch_timeout(server.settings.min_request_timeout, options.timeout_seconds)
+    watch = _Watch(server, info, watch_filter, options, encoder, initial, start, timeout, error, docs_base, request_id)
+    return WatchResponse(watch, slot)
+
+
+def watch_timeout(min_request_timeout: float, asked: int | None) -> float:
+    """How long a watch lasts: ``asked`` seconds (``timeoutSeconds``) up to twice ``min_request_timeout``;
+    when not asked, a random time between one and two ``min_request_timeout``, as kube-apiserver spreads
+    reconnects."""
+    longest = 2 * min_request_timeout
+    if asked:
+        return float(min(asked, longest))  # compared as numbers first: asked may be too large for a float
+    return min_request_timeout * (1 + random.random())

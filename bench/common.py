@@ -287,6 +287,8 @@ def start_server(database_url: str, directory: Path, tls: bool = False, extra_ar
         files = certificates.ensure_serving(directory / "pki", ["127.0.0.1", "localhost"])
         args += ["--tls-cert-file", str(files.cert), "--tls-private-key-file", str(files.key)]
         ca_file = files.ca_cert
+    else:  # on loopback only, where no one else reads the token: say so, or the server refuses to start
+        args.append("--behind-tls-terminator")
     env = {**os.environ, "NODUS_DATABASE_URL": database_url}
     raise_nofile()  # children inherit the limit
     with (directory / "apiserver.log").open("wb") as log:

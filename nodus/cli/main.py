@@ -192,6 +192,12 @@ def parser() -> argparse.ArgumentParser:
     api.add_argument("--requestheader-username-headers", default="X-Remote-User")
     api.add_argument("--requestheader-group-headers", default="X-Remote-Group")
     api.add_argument("--requestheader-extra-headers-prefix", default="X-Remote-Extra-")
+    api.add_argument(
+        "--behind-tls-terminator",
+        action="store_true",
+        help="serve plain HTTP without --tls-cert-file: only when a proxy that terminates TLS is the only way to "
+        "this port (bearer tokens would otherwise cross the network in clear text; refused without this flag)",
+    )
     api.add_argument("--migrate", action="store_true", help="run database migrations before serving")
     _add_server_flags(api)
     api.set_defaults(run="servers:apiserver")

@@ -222,6 +222,15 @@ def apiserver(args: argparse.Namespace) -> None:
         raise SystemExit("nodus apiserver needs --database-url or NODUS_DATABASE_URL")
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise SystemExit("--tls-cert-file and --tls-private-key-file go together")
+    if not args.tls_cert_file and not args.behind_tls_terminator:
+        # Every credential is a bearer token (token file, node credentials, bootstrap tokens): over plain HTTP
+        # anyone on the path reads and replays it (ADR 0033).
+        raise SystemExit(
+            "nodus apiserver serves plain HTTP only behind a TLS terminator: without --tls-cert-file, the bearer "
+            "tokens clients send would cross the network in clear text. Pass --tls-cert-file and "
+            "--tls-private-key-file, or --behind-tls-terminator when a proxy that terminates TLS is the only way "
+            "to this port."
+        )
     if args.migrate:
         database.migrate(url)
     processes.check_endpoints("--forbid-address", args.forbid_address)

@@ -1,8 +1,9 @@
 """A real ``nodus apiserver`` process for end-to-end tests, with TLS and a token file of users.
 
 Users: ``admin`` (system:masters), ``controllers`` (the controllers' own identity, group
-system:nodus:controllers) and ``alice``, ``bob``, ``carol``, ``dave`` (plain users whose rights come
-only from Project membership). Each user gets a kubeconfig for kubectl and the kubernetes client.
+system:nodus:controllers), ``prometheus`` (group system:monitoring: reads /metrics) and ``alice``,
+``bob``, ``carol``, ``dave`` (plain users whose rights come only from Project membership). Each user
+gets a kubeconfig for kubectl and the kubernetes client.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import httpx
 from nodus.cli import certificates, kubeconfig
 from nodus.storage import database
 
-USERS = ("admin", "controllers", "alice", "bob", "carol", "dave")
-GROUPS = {"admin": "system:masters", "controllers": "system:nodus:controllers"}
+USERS = ("admin", "controllers", "prometheus", "alice", "bob", "carol", "dave")
+GROUPS = {"admin": "system:masters", "controllers": "system:nodus:controllers", "prometheus": "system:monitoring"}
 
 
 def free_port() -> int:

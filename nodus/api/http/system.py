@@ -1,4 +1,12 @@
-"""Health, version, metrics and the reason docs pages."""
+"""Health, version, metrics and the reason docs pages.
+
+``/livez``, ``/healthz``, ``/readyz`` and ``/version`` answer anyone: load balancers and probes call
+them without credentials, and they say no more than "ok". ``/metrics`` and ``/readyz?verbose`` tell
+what the server is doing (request rates by resource, watchers, which check fails), so they need an
+authenticated caller in the group ``system:monitoring`` or an administrator, as kube-apiserver's
+default RBAC grants ``/metrics`` to ``system:monitoring`` only (401 without credentials, 403 for
+anyone else).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from nodus.api import reasons
+from nodus.api.auth.principal import MONITORING_GROUP
 from nodus.api.errors import APIError
+from nodus.api.http.authentication import authenticate
 from nodus.api.http.discovery import version
 from nodus.api.http.responses import respond
 from nodus.api.server import APIServer
@@ -23,8 +33,24 @@ def livez(_: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+async def _monitoring(request: Request) -> None:
+    """401 without credentials, 403 unless the caller is in ``system:monitoring`` or an administrator."""
+    principal = await authenticate(request.app.state.server, request)
+    if principal.is_admin or MONITORING_GROUP in principal.groups:
+        return
+    raise APIError(
+        "Forbidden",
+        f'forbidden: User "{principal.user}" cannot get path "{request.url.path}"',
+        fix=f"Reading {request.url.path} needs the group {MONITORING_GROUP} (or system:masters): give the caller "
+        "that group in the token file (or from the front proxy).",
+    )
+
+
 async def readyz(request: Request) -> Response:
     server: APIServer = request.app.state.server
+    verbose = request.query_params.get("verbose") is not None
+    if verbose:
+        await _monitoring(request)
     checks = {"storage": False, "watch-cache": server.ready}
     try:
         await server.storage.current_rv()
@@ -32,14 +58,15 @@ async def readyz(request: Request) -> Response:
     except Exception:  # any failure to reach the database means not ready
         checks["storage"] = False
     ok = all(checks.values())
-    if request.query_params.get("verbose") is not None or not ok:
+    if verbose or not ok:
         lines = [f"[{'+' if good else '-'}]{name} {'ok' if good else 'failed'}" for name, good in checks.items()]
         text = "\n".join(lines) + ("\nreadyz check passed\n" if ok else "\nreadyz check failed\n")
         return PlainTextResponse(text, status_code=200 if ok else 503)
     return PlainTextResponse("ok")
 
 
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:
+    await _monitoring(request)
     server: APIServer = request.app.state.server
     server.metrics.watch_cache_head.set(server.storage.watch_cache.head)
     server.metrics.commit_batches.set(server.storage.committer.batches)

@@ -6,6 +6,9 @@
   so every existing blob gets a whole grace period.
 * ``blobs.attributed_until``: until when a Job bills the blob's bytes as one of its outputs (NULL:
   never). A project is charged only for bytes no Job bills (ADR 0023 bills Jobs).
+* ``blob_usage(namespace, bytes)``: the bytes of each project's blobs (the sum of its rows' sizes), moved
+  in the transaction that inserts or deletes a row. Its row is what a registration locks first: quota
+  checks of one project are serialised on it, and reading a project's usage costs one row, not a sum.
 * ``project_storage_hours(namespace, project_uid, hour, bytes, amount, sampled_at, charged_at)``: one
   row per ended hour of a project's storage, written once, at the first collection pass after the hour
   ended: the bytes the project kept then that no Job bills, and what that hour costs. The ledger's
@@ -39,6 +42,14 @@ def upgrade() -> None:
     # The collector's candidates: a project's rows unreferenced for longer than the grace period.
     op.create_index("ix_blobs_namespace_referenced_at", "blobs", ["namespace", "referenced_at"])
     op.create_table(
+        "blob_usage",
+        sa.Column("namespace", sa.Text, nullable=False),
+        sa.Column("bytes", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint("namespace", name="pk_blob_usage"),
+        sa.CheckConstraint("bytes >= 0", name="ck_blob_usage_not_negative"),
+    )
+    op.execute("INSERT INTO blob_usage (namespace, bytes) SELECT namespace, sum(size) FROM blobs GROUP BY namespace")
+    op.create_table(
         "project_storage_hours",
         sa.Column("namespace", sa.Text, nullable=False),
         sa.Column("project_uid", sa.Text, nullable=False),
@@ -62,6 +73,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("project_storage_hours")
+    op.drop_table("blob_usage")
     op.drop_index("ix_blobs_namespace_referenced_at", table_name="blobs")
     op.drop_column("blobs", "attributed_until")
     op.drop_column("blobs", "referenced_at")

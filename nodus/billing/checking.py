@@ -7,9 +7,9 @@ below zero, holds add up and settle once, held credit equals the open holds) and
 limit lowered below what is committed shows here too); here are the display copies: every
 Project's ``status.credits`` and every final Attempt's ``status.cost`` must show what the ledger
 says (a copy may lag a moment after a movement; verify reads both, so run it on a quiet system or
-run it twice). A project's own storage (ADR 0034): every sampled hour marked charged has exactly its
-amount in the ledger and no hour is charged unmarked, and ``status.storage.chargedUSD`` of every
-Project equals its storage charges.
+run it twice). A project's own storage (ADR 0034): the bytes its quota counts are the sum of its blobs,
+every sampled hour marked charged has exactly its amount in the ledger and no hour is charged unmarked,
+and ``status.storage.chargedUSD`` of every Project equals its storage charges.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from decimal import Decimal
 from nodus.apimachinery import units
 from nodus.billing import budgets, ledger, money
 from nodus.billing import storage as projectstorage
-from nodus.storage import copies, storagehours
+from nodus.storage import blobs, copies, storagehours
 from nodus.storage import ledger as tables
 from nodus.storage.ledger import Breach, StatementLine
 from nodus.storage.objects import Storage
@@ -78,8 +78,13 @@ async def _attempt_copies(storage: Storage) -> list[Breach]:
 
 
 async def _project_storage(storage: Storage) -> list[Breach]:
-    """A project's storage hours agree with the ledger, and its Project shows what the ledger charged."""
+    """A project's stored bytes are the sum of its blobs, its storage hours agree with the ledger, and its
+    Project shows what the ledger charged."""
     found = [
+        Breach("BlobUsageIsSum", f"project {project}: blob_usage holds {kept} bytes, its blobs {total}")
+        for project, kept, total in await blobs.usage_disagreements(storage)
+    ]
+    found += [
         Breach(
             "ProjectStorageCharged",
             f"project {row['namespace']}: storage hour {row['hour']} sampled at {money.text(row['amount'])} USD, "

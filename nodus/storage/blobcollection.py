@@ -13,9 +13,10 @@ The rules are ADR 0034's; the pass that applies them in order is ``nodus.api.blo
 * **Stamps.** The collector refreshes ``referenced_at`` of what is referenced
   (``nodus.storage.blobs.refresh``) and ``attributed_until`` of what Jobs bill as outputs
   (:func:`attribute`), both locking rows in digest order.
-* **Collection** (:func:`collect`): one row at a time, under the per-digest advisory lock that
-  ``blobs.put`` takes, the row is deleted only if it is still unreferenced for longer than the grace
-  period (a concurrent upload of the same bytes refreshes it first, under that lock); then, if no other
+* **Collection** (:func:`collect`): one row at a time, under the locks ``blobs.put`` takes to register
+  (the project's usage row, then the per-digest advisory lock), the row is deleted, and its bytes taken
+  from the project's usage, only if it is still unreferenced for longer than the grace period (a
+  concurrent upload of the same bytes refreshes it first, under those locks); then, if no other
   project's row points at its upload, the object is deleted after the commit (a crash in between
   leaves an object no row names, which :func:`sweep` removes).
 * **Orphans** (:func:`sweep`): objects under ``uploads/`` that no row names, once older than the
@@ -182,6 +183,8 @@ async def collect(
     (and, with ``before``, only while the database's clock is before it: the end of the project's current
     storage hour, so a row is never deleted in an hour not yet sampled). None when it was kept."""
     async with storage._connection() as conn, conn.transaction():
+        # The locks of a registration, in its order: the project's usage row, then the digest's lock.
+        await conn.execute("SELECT 1 FROM blob_usage WHERE namespace = $1 FOR UPDATE", namespace)
         await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", blobs._LOCK_CLASS, digest)
         row = await conn.fetchrow(
             "DELETE FROM blobs WHERE namespace = $1 AND digest = $2 AND referenced_at < now() - $3::interval "
@@ -193,6 +196,7 @@ async def collect(
         )
         if row is None:
             return None
+        await conn.execute("UPDATE blob_usage SET bytes = bytes - $2 WHERE namespace = $1", namespace, row["size"])
         shared = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM blobs WHERE upload_id = $1)", row["upload_id"])
     # After the commit: had the delete rolled back, a row would name a missing object. Under the lock, no
     # other row pointed at the upload, and a later upload of these bytes can only reuse an upload a row names.

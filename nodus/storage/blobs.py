@@ -24,15 +24,17 @@ Limits (:class:`Limits`, ADR 0034): a blob larger than ``max_size`` raises :clas
 that would take the project's stored bytes (the sum of its rows' sizes) past ``quota`` raises
 :class:`QuotaExceeded`. Both are checked against a declared size before anything is read, then while
 the body streams (reading stops at the first byte over, and the partial object is deleted), and the
-quota once more at registration, under a per-project advisory lock taken before the digest's: two
-uploads racing for the last bytes of a quota are serialised there, so registered bytes never pass the
-quota; while uploads stream, the object store may hold at most their in-flight bytes beyond it.
+quota once more at registration. A project's stored bytes are kept in ``blob_usage`` (migration 0009),
+moved in the transaction that inserts or deletes a row; registration locks the project's usage row
+before the digest's lock, so two uploads racing for the last bytes of a quota are serialised there and
+registered bytes never pass the quota; while uploads stream, the object store may hold at most their
+in-flight bytes beyond it.
 
 Deleting: blobs are deleted only by the collector (``nodus.storage.blobcollection``), which drops a
-project's row and then the object when no other row points at that upload, under the same per-digest
-lock. :func:`refresh` marks rows as referenced now (the collector's stamp, and the check of an uploaded
-checkpoint manifest's chunks): a row refreshed is never collected within the grace period, and a row
-collected is never reported present.
+project's row (and its bytes from ``blob_usage``) and then the object when no other row points at that
+upload, under the same locks in the same order. :func:`refresh` marks rows as referenced now (the
+collector's stamp, and the check of an uploaded checkpoint manifest's chunks): a row refreshed is never
+collected within the grace period, and a row collected is never reported present.
 """
 
 from __future__ import annotations
@@ -57,8 +59,6 @@ DEFAULT_MEDIA_TYPE = "application/octet-stream"
 
 # Two-key advisory locks (class, hash of the digest): never meets the one-key locks, nor the logs' class.
 _LOCK_CLASS = 7262024
-# Two-key advisory locks (class, hash of the project) serialising quota checks; taken before the digest's.
-_PROJECT_LOCK_CLASS = 7262026
 
 _OPEN = "SELECT digest, size, media_type, upload_id FROM blobs WHERE namespace = $1 AND digest = $2"
 
@@ -202,41 +202,49 @@ async def _register(
     quota: int | None,
 ) -> BlobInfo:
     """Name ``staged`` in ``namespace``, reusing an upload of the same digest when there is one; with a
-    ``quota``, refuse (:class:`QuotaExceeded`) a new row that would take the project past it."""
+    ``quota``, refuse (:class:`QuotaExceeded`) a new row that would take the project past it. The staged
+    object is deleted after the commit when an existing upload is used."""
     assert staged.upload_id is not None
+    discard: str | None = object_key(staged.upload_id)
     async with connection() as conn, conn.transaction():
-        if quota is not None:
-            await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", _PROJECT_LOCK_CLASS, namespace)
+        # The project's usage row first (every registration and collection of the project takes it before
+        # a digest's lock): the quota check and the move of the usage below are one step per project.
+        used = int(await conn.fetchval(_LOCK_USAGE, namespace))
         await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", _LOCK_CLASS, staged.digest)
         mine = await conn.fetchrow(_OPEN, namespace, staged.digest)
         if mine is not None:
             # Uploaded again: a use of the blob, which the collector must not take from under it (ADR 0034).
             await conn.execute(_REFRESH_ONE, namespace, staged.digest)
-            await store.delete(object_key(staged.upload_id))
-            return _info(mine)
-        if quota is not None:
-            used = int(await conn.fetchval(_USAGE, namespace))
-            if used + staged.size > quota:
-                raise QuotaExceeded(namespace, quota, used, staged.size, complete=True)
-        upload_id = await conn.fetchval(
-            "SELECT upload_id FROM blobs WHERE digest = $1 AND size = $2 LIMIT 1", staged.digest, staged.size
-        )
-        if upload_id is None:
-            upload_id = staged.upload_id
+            info = _info(mine)
         else:
-            await store.delete(object_key(staged.upload_id))
-        await conn.execute(
-            "INSERT INTO blobs (namespace, digest, size, media_type, upload_id) VALUES ($1, $2, $3, $4, $5)",
-            namespace,
-            staged.digest,
-            staged.size,
-            staged.media_type,
-            upload_id,
-        )
-    return BlobInfo(staged.digest, staged.size, staged.media_type, upload_id)
+            if quota is not None and used + staged.size > quota:
+                raise QuotaExceeded(namespace, quota, used, staged.size, complete=True)
+            upload_id = await conn.fetchval(
+                "SELECT upload_id FROM blobs WHERE digest = $1 AND size = $2 LIMIT 1", staged.digest, staged.size
+            )
+            if upload_id is None:
+                upload_id, discard = staged.upload_id, None
+            await conn.execute(
+                "INSERT INTO blobs (namespace, digest, size, media_type, upload_id) VALUES ($1, $2, $3, $4, $5)",
+                namespace,
+                staged.digest,
+                staged.size,
+                staged.media_type,
+                upload_id,
+            )
+            await conn.execute("UPDATE blob_usage SET bytes = bytes + $2 WHERE namespace = $1", namespace, staged.size)
+            info = BlobInfo(staged.digest, staged.size, staged.media_type, upload_id)
+    if discard is not None:
+        await store.delete(discard)  # a copy of bytes stored already: no row names it
+    return info
 
 
-_USAGE = "SELECT coalesce(sum(size), 0) FROM blobs WHERE namespace = $1"
+# The project's usage row, created at 0 if missing, locked, and its bytes.
+_LOCK_USAGE = (
+    "INSERT INTO blob_usage (namespace, bytes) VALUES ($1, 0) "
+    "ON CONFLICT (namespace) DO UPDATE SET bytes = blob_usage.bytes RETURNING bytes"
+)
+_USAGE = "SELECT coalesce((SELECT bytes FROM blob_usage WHERE namespace = $1), 0)"
 _REFRESH_ONE = "UPDATE blobs SET referenced_at = now() WHERE namespace = $1 AND digest = $2"
 # Rows of the given digests locked in digest order (two refreshes never wait on each other in a cycle),
 # then marked referenced now; the digests of the rows refreshed.
@@ -250,7 +258,8 @@ _REFRESH = """
 
 
 async def usage(storage: Storage, namespace: str) -> int:
-    """The bytes ``namespace`` stores: the sizes of its blobs, each digest once (what its quota counts)."""
+    """The bytes ``namespace`` stores: the sizes of its blobs, each digest once (what its quota counts), as
+    ``blob_usage`` keeps them."""
     async with _connection(storage)() as conn:
         return int(await conn.fetchval(_USAGE, namespace))
 
@@ -312,3 +321,15 @@ async def read(store: ObjectStore, info: BlobInfo, start: int = 0) -> AsyncItera
         raise StorageError(f"blob {info.digest}: its object {object_key(info.upload_id)} is missing") from None
     if remaining > 0:
         raise StorageError(f"blob {info.digest}: its object ended {remaining} bytes short")
+
+
+async def usage_disagreements(storage: Storage) -> list[tuple[str, int, int]]:
+    """Projects whose ``blob_usage`` is not the sum of their blobs' sizes: (project, kept, sum)."""
+    async with _connection(storage)() as conn:
+        rows = await conn.fetch(
+            "SELECT coalesce(u.namespace, b.namespace) AS namespace, coalesce(u.bytes, 0) AS kept, "
+            "coalesce(b.total, 0) AS total FROM blob_usage u FULL JOIN "
+            "(SELECT namespace, sum(size) AS total FROM blobs GROUP BY namespace) b ON b.namespace = u.namespace "
+            "WHERE coalesce(u.bytes, 0) <> coalesce(b.total, 0)"
+        )
+    return [(r["namespace"], int(r["kept"]), int(r["total"])) for r in rows]

@@ -116,6 +116,16 @@ blobs = sa.Table(
     sa.Index("ix_blobs_namespace_referenced_at", "namespace", "referenced_at"),
 )
 
+# The bytes of each project's blobs, moved with every row inserted or deleted (migration 0009).
+blob_usage = sa.Table(
+    "blob_usage",
+    metadata,
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("namespace"),
+    sa.CheckConstraint("bytes >= 0", name="not_negative"),
+)
+
 # One row per ended hour of a project's storage: the bytes no Job bills and their price (migration 0009,
 # nodus.storage.storagehours).
 project_storage_hours = sa.Table(

@@ -178,6 +178,28 @@ async def test_an_unreferenced_blob_goes_after_the_grace_period_and_its_object_w
     await age(storage, theirs, info.digest)
     assert await collect_all(storage, store, theirs) == [blobcollection.Collected(info.digest, KIB, True)]
     assert object_count(store) == 0
+    assert await blobs.usage(storage, mine) == 0 and await blobs.usage(storage, theirs) == 0
+
+
+async def test_uploads_and_collection_of_one_project_at_once_keep_its_usage_exact(
+    storage: Storage, store: ObjectStore
+) -> None:
+    namespace = unique_namespace()
+    old = [await blobs.put(storage, store, namespace, pieces(os.urandom(KIB))) for _ in range(8)]
+    for info in old:
+        await age(storage, namespace, info.digest)
+    again = [os.urandom(KIB) for _ in range(8)]
+    # Registrations and deletions of one project take the same locks in the same order: none waits forever.
+    await asyncio.wait_for(
+        asyncio.gather(
+            collect_all(storage, store, namespace),
+            *(blobs.put(storage, store, namespace, pieces(body), limits=Limits(quota=64 * KIB)) for body in again),
+            *(blobs.put(storage, store, namespace, pieces(b"x" * KIB)) for _ in range(4)),
+        ),
+        timeout=30,
+    )
+    assert await blobs.usage(storage, namespace) == 9 * KIB  # the new ones and one "x" blob
+    assert not [d for d in await blobs.usage_disagreements(storage) if d[0] == namespace]
 
 
 async def test_a_refreshed_blob_is_kept_and_a_collected_one_is_not_reported_present(

@@ -12,7 +12,8 @@ Controllers are API clients (they never touch the database), so money moves thro
   server's price book (``price``: ``rateUSDPerGiBMonth``, ``freeBytes``, ``hoursPerMonth``,
   ``pricebookVersion``), what the Job was charged for storage (``chargedUSD``, ``hours``, and
   ``lastHour``, the highest hour charged, from the keys ``storage:<job uid>:<hour>``) and the
-  project's credits: all the storage billing controller needs (ADR 0023).
+  project's credits: all the storage billing controller needs (ADR 0023). With the project's own uid it
+  reads the project's storage hours, which the API server's blob collector charges itself (ADR 0034).
 * ``POST /apis/nodus.dev/v1/namespaces/{project}/ledger/postings`` with one operation::
 
     {"operation": "Hold", "key": "...", "hold": "<id>", "subject": "<job uid>", "job": "<job name>",

@@ -68,7 +68,8 @@ from nodus.storage.objectstore import ObjectStore
 log = logging.getLogger(__name__)
 
 COLLECTOR = Principal(user="system:nodus-blob-collector", groups=(ADMIN_GROUP,))
-MANIFESTS_KEPT = 1024
+CACHED_CHUNKS = 500_000
+"""Chunk digests of manifests kept between passes (about 60 MB); a manifest is read again once evicted."""
 Object = dict[str, Any]
 
 
@@ -110,6 +111,7 @@ class BlobCollector:
         self._leadership = Leadership(storage.url, "nodus-blob-collector")
         self._task: asyncio.Task[None] | None = None
         self._manifests: OrderedDict[str, frozenset[str] | None] = OrderedDict()
+        self._cached = 0
         self._swept_at = float("-inf")
         self.passes = 0
 
@@ -177,18 +179,27 @@ class BlobCollector:
         not be read (what it names is then unknown)."""
         named, complete = set(digests), True
         for info in await blobcollection.manifests(self._storage, namespace, digests):
-            if info.digest not in self._manifests:
+            chunks = self._manifests.get(info.digest)
+            if info.digest in self._manifests:
+                self._manifests.move_to_end(info.digest)
+            else:
                 try:
-                    self._manifests[info.digest] = await blobcollection.read_manifest(self._store, info)
+                    chunks = await blobcollection.read_manifest(self._store, info)
                 except (StorageError, OSError):
                     log.warning("project %s: checkpoint manifest %s cannot be read", namespace, info.digest)
                     complete = False
                     continue
-                while len(self._manifests) > MANIFESTS_KEPT:
-                    self._manifests.popitem(last=False)
-            self._manifests.move_to_end(info.digest)
-            named |= self._manifests[info.digest] or frozenset()
+                self._keep(info.digest, chunks)
+            named |= chunks or frozenset()
         return named, complete
+
+    def _keep(self, digest: str, chunks: frozenset[str] | None) -> None:
+        """Cache what a manifest names (it never changes), within :data:`CACHED_CHUNKS` digests in all."""
+        self._manifests[digest] = chunks
+        self._cached += len(chunks or ())
+        while self._cached > CACHED_CHUNKS and len(self._manifests) > 1:
+            _, evicted = self._manifests.popitem(last=False)
+            self._cached -= len(evicted or ())
 
     async def _bill(self, namespace: str, project: Object, now: datetime, report: PassReport) -> datetime:
         """Sample and charge the project's ended hours and show them; returns when its current hour ends."""

@@ -25,12 +25,11 @@ The rules are ADR 0034's; the pass that applies them in order is ``nodus.api.blo
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-import orjson
 
 from nodus.storage import blobs
 from nodus.storage.objects import Storage
@@ -43,7 +42,8 @@ CHECKPOINT_MANIFEST_MEDIA_TYPE = "application/vnd.nodus.checkpoint.manifest+json
 """The media type the agent uploads checkpoint manifests with (``nodus.agent.checkpointstore``)."""
 
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
-"""A larger manifest is read as naming nothing; the agent refuses to restore one that large too."""
+"""A larger manifest is read as naming nothing; the agent refuses to restore one that large too. A
+manifest is read as it streams: what is held is the digests it names (a TiB of 4 MiB chunks: 262,144)."""
 
 _UPLOADS = "uploads/"
 _DIGEST_STRINGS = 'strict $.** ? (@.type() == "string" && @ like_regex "^(sha256:)?[0-9a-f]{64}$")'
@@ -97,30 +97,48 @@ async def manifests(storage: Storage, namespace: str, digests: Iterable[str]) ->
     return [blobs.BlobInfo(r["digest"], r["size"], r["media_type"], r["upload_id"]) for r in rows]
 
 
+class _ManifestScan:
+    """Finds the digests a checkpoint manifest names as its bytes go by, holding only the digests found and
+    a few bytes across pieces: a manifest is canonical JSON (``nodus.agent.manifests``) whose only strings
+    of the form ``"sha256:<hex>"`` are the chunks of its entries. A digest spelled with JSON escapes is not
+    found: a manifest is the agent's, and one made otherwise only loses its own chunks."""
+
+    _DIGEST = re.compile(rb'"(sha256:[0-9a-f]{64})"')
+    _KIND = b'"kind":"CheckpointManifest"'
+    _KEEP = 80  # more than the longest token minus one, so that a token cut between pieces is seen whole
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+        self.is_manifest = False
+        self._tail = b""
+
+    def feed(self, piece: bytes) -> None:
+        data = self._tail + piece
+        self.found.update(m.group(1).decode() for m in self._DIGEST.finditer(data))
+        self.is_manifest = self.is_manifest or self._KIND in data
+        self._tail = data[-self._KEEP :]
+
+    def chunks(self) -> frozenset[str] | None:
+        return frozenset(self.found) if self.is_manifest else None
+
+
 def manifest_chunks(data: bytes) -> frozenset[str] | None:
     """The chunk digests a checkpoint manifest names (``entries[].chunks``); None when ``data`` is not a
     ``CheckpointManifest`` (then it names nothing)."""
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(document, dict) or document.get("kind") != "CheckpointManifest":
-        return None
-    found: set[str] = set()
-    for entry in document.get("entries") or []:
-        if isinstance(entry, dict) and isinstance(chunks := entry.get("chunks"), list):
-            found.update(c for c in chunks if isinstance(c, str) and blobs.is_digest(c))
-    return frozenset(found)
+    scan = _ManifestScan()
+    scan.feed(data)
+    return scan.chunks()
 
 
 async def read_manifest(store: ObjectStore, info: blobs.BlobInfo) -> frozenset[str] | None:
-    """The chunks of the stored manifest ``info`` (None: not a manifest, or too large to be one)."""
+    """The chunks of the stored manifest ``info``, read as it streams (None: not a manifest, or larger
+    than one can be)."""
     if info.size > MAX_MANIFEST_BYTES:
         return None
-    data = bytearray()
+    scan = _ManifestScan()
     async for piece in blobs.read(store, info):
-        data += piece
-    return manifest_chunks(bytes(data))
+        scan.feed(piece)
+    return scan.chunks()
 
 
 async def attribute(storage: Storage, namespace: str, digests: Iterable[str], until: datetime, below: datetime) -> None:

@@ -160,6 +160,28 @@ def test_a_checkpoint_manifest_names_its_chunks() -> None:
     assert blobcollection.CHECKPOINT_MANIFEST_MEDIA_TYPE == checkpointstore.MANIFEST_MEDIA_TYPE
 
 
+async def test_a_stored_manifest_is_read_as_it_streams_and_names_every_chunk(
+    storage: Storage, store: ObjectStore
+) -> None:
+    chunks = sorted(f"sha256:{os.urandom(32).hex()}" for _ in range(20_000))  # 1.5 MB: read in several pieces
+    manifest = Manifest(
+        format="Snapshot",
+        seq=1,
+        paths=["/nodus/state"],
+        chunk_size=4,
+        entries=[
+            Entry("/nodus/state", "dir", 0o755),
+            Entry("/nodus/state/a", "file", 0o644, size=4 * len(chunks), chunks=tuple(chunks)),
+        ],
+        created="2026-12-01T00:00:00+00:00",
+    )
+    data = manifest.to_bytes()
+    info = await blobs.put(
+        storage, store, unique_namespace(), pieces(data, 64 * KIB), checkpointstore.MANIFEST_MEDIA_TYPE
+    )
+    assert await blobcollection.read_manifest(store, info) == set(chunks)
+
+
 # --- collection ---------------------------------------------------------------------------------------
 
 

@@ -147,7 +147,10 @@ class BlobCollector:
         names |= {namespace for namespace, _ in await storagehours.owing(self._storage)}
         names |= set(await storagehours.displaying(self._storage))
         for namespace in sorted(names):
-            await self._project(namespace, now, report)
+            try:
+                await self._project(namespace, now, report)
+            except Exception:  # one project's trouble (its manifest, its status) must not stop the others
+                log.exception("blob collection of project %s failed; next pass", namespace)
         if time.monotonic() - self._swept_at >= self.settings.grace.total_seconds() / 2:
             self._swept_at = time.monotonic()
             report.swept = await blobcollection.sweep(
@@ -166,13 +169,18 @@ class BlobCollector:
         boundary = await self._bill(namespace, project, now, report) if project is not None else None
         if not complete:
             return
-        for digest in await blobcollection.candidates(self._storage, namespace, self.settings.grace):
-            collected = await blobcollection.collect(
-                self._storage, self._store, namespace, digest, self.settings.grace, boundary
-            )
-            if collected is not None:
-                report.collected += 1
-                report.objects_deleted += collected.object_deleted
+        while candidates := await blobcollection.candidates(self._storage, namespace, self.settings.grace):
+            collected = 0
+            for digest in candidates:
+                deleted = await blobcollection.collect(
+                    self._storage, self._store, namespace, digest, self.settings.grace, boundary
+                )
+                if deleted is not None:
+                    collected += 1
+                    report.objects_deleted += deleted.object_deleted
+            report.collected += collected
+            if not collected:
+                return  # the hour ended (sampled next pass first), or each was named again meanwhile
 
     async def _with_chunks(self, namespace: str, digests: frozenset[str]) -> tuple[set[str], bool]:
         """``digests`` and the chunks of the checkpoint manifests among them; False when a manifest could

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nodus.agent import checkpointstore
 from nodus.agent.checkpointstore import CheckpointFailed, CheckpointStore
 from nodus.agent.manifests import CHUNK_SIZE, Manifest
 from nodus.agent.snapshots import Mirror
@@ -145,12 +144,13 @@ async def test_missing_and_tampered_chunks_are_detected(
     fresh.mkdir()
     (fresh / "before.txt").write_text("untouched")
 
-    # A manifest committed without its chunk (not what upload does: a store damaged or emptied by hand).
+    # A manifest stored without its chunk (not what upload does: a store damaged or emptied by hand). The
+    # server refuses a manifest naming chunks the project lacks (ADR 0034), so it is stored as other bytes.
     lonely = checkpoint(mirror)
     (chunk,) = lonely.digests()
     data = lonely.to_bytes()
     lonely_digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    await api.upload_blob(namespace, data, checkpointstore.MANIFEST_MEDIA_TYPE, digest=lonely_digest)
+    await api.upload_blob(namespace, data, "application/octet-stream", digest=lonely_digest)
     store = CheckpointStore(api, namespace)
     restore_mirror = Mirror(tmp_path / "mirror-2", {STATE: fresh})
     with pytest.raises(CheckpointFailed, match=f"chunk {chunk} is not in project {namespace}"):

@@ -11,7 +11,8 @@ interrupted at any point. A pass runs when the watch cache shows a deletion, and
   remains.
 - Orphan: an owner with the ``orphan`` finalizer has its references removed from its dependents,
   then the finalizer lifted.
-- Project: a project being deleted has everything it holds deleted, then its
+- Project: a project being deleted has everything it holds deleted, then its blobs (every one: a
+  project created later under the same name must not read them by digest), then its
   ``nodus.dev/project-contents`` finalizer lifted.
 
 Every change goes through the generic store, as a write by ``system:nodus-garbage-collector``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodus.api.auth.principal import ADMIN_GROUP, Principal
@@ -38,8 +40,15 @@ Object = dict[str, Any]
 
 
 class GarbageCollector:
-    def __init__(self, stores: dict[str, GenericStore], resync: float = 5.0) -> None:
+    def __init__(
+        self,
+        stores: dict[str, GenericStore],
+        resync: float = 5.0,
+        purge_blobs: Callable[[str], Awaitable[int]] | None = None,
+    ) -> None:
+        """``purge_blobs(project)`` deletes a deleted project's blobs (None: the server stores none)."""
         self._stores = {store.info.kind: store for store in stores.values()}
+        self._purge_blobs = purge_blobs
         any_store = next(iter(stores.values()))
         self._storage = any_store.storage
         self._resync = resync
@@ -122,6 +131,10 @@ class GarbageCollector:
                 if not item["metadata"].get("deletionTimestamp"):
                     await self._delete(item, "Background")
             if not contents:
+                if self._purge_blobs is not None:
+                    purged = await self._purge_blobs(metadata["name"])
+                    if purged:
+                        log.info("project %s: deleted its %d blobs", metadata["name"], purged)
                 await self._lift(obj, PROJECT_FINALIZER)
 
     async def _orphaned(self, obj: Object, missing: set[str]) -> None:

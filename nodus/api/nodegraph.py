@@ -6,9 +6,9 @@ bound to the node (one indexed query on the ``labels`` column). Agents make burs
 node authorizer asks again with ``fresh=True`` before it refuses anything, so the cache can delay a
 revocation by that long but never refuses an Attempt bound a moment ago.
 
-A checkpoint manifest's chunk list is read from the blob store once and kept (a blob never changes);
-at most :data:`MANIFESTS_KEPT` manifests are kept, and a manifest larger than
-:data:`MAX_MANIFEST_BYTES` names nothing (the agent refuses larger ones too).
+A checkpoint manifest's chunk list is read from the blob store once, scanned as it streams (never held
+whole), and kept (a blob never changes); the cache holds at most :data:`CHUNKS_KEPT` chunk digests in
+all, and a manifest larger than a manifest can be names nothing (the agent refuses larger ones too).
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-import orjson
-
-from nodus.storage import blobs
+from nodus.storage import blobcollection, blobs
 from nodus.storage.objects import Storage
 from nodus.storage.objectstore import ObjectStore
 
 Object = dict[str, Any]
 ATTEMPTS_TTL = 1.0
-MANIFESTS_KEPT = 256
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+CHUNKS_KEPT = 1_000_000
+"""About 100 MB of digests at most; a 1 TiB checkpoint in 4 MiB chunks names 262,144."""
 NODE_LABEL = "nodus.dev/node"
 
 
@@ -38,6 +36,7 @@ class StoredNodeGraph:
         self._blob_store = blob_store
         self._attempts: dict[str, tuple[float, list[Object]]] = {}
         self._manifests: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
+        self._chunks_kept = 0
 
     async def attempts_on(self, node: str, fresh: bool = False) -> list[Object]:
         cached = self._attempts.get(node)
@@ -57,27 +56,16 @@ class StoredNodeGraph:
             return self._manifests[key]
         chunks = await self._read_chunks(namespace, digest)
         self._manifests[key] = chunks
-        while len(self._manifests) > MANIFESTS_KEPT:
-            self._manifests.popitem(last=False)
+        self._chunks_kept += len(chunks)
+        while self._chunks_kept > CHUNKS_KEPT and len(self._manifests) > 1:
+            _, dropped = self._manifests.popitem(last=False)
+            self._chunks_kept -= len(dropped)
         return chunks
 
     async def _read_chunks(self, namespace: str, digest: str) -> frozenset[str]:
         if self._blob_store is None:
             return frozenset()
         info = await blobs.open(self._storage, namespace, digest)
-        if info is None or info.size > MAX_MANIFEST_BYTES:
+        if info is None:
             return frozenset()
-        body = bytearray()
-        async for piece in blobs.read(self._blob_store, info):
-            body += piece
-        try:
-            document = orjson.loads(bytes(body))
-        except orjson.JSONDecodeError:
-            return frozenset()
-        if not isinstance(document, dict) or document.get("kind") != "CheckpointManifest":
-            return frozenset()
-        found: set[str] = set()
-        for entry in document.get("entries") or []:
-            if isinstance(entry, dict):
-                found.update(str(c) for c in entry.get("chunks") or [] if isinstance(c, str))
-        return frozenset(found)
+        return await blobcollection.read_manifest(self._blob_store, info) or frozenset()

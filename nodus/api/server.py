@@ -24,6 +24,7 @@ from nodus.api.store import GenericStore
 from nodus.apimachinery.sealing import Keyring
 from nodus.billing.storage import Price as StoragePrice
 from nodus.catalog.pricebook import HOURS_PER_MONTH
+from nodus.storage import blobcollection
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage
 from nodus.storage.objectstore import ObjectStore, open_store
@@ -64,7 +65,7 @@ class APIServer:
         self.node_credentials = NodeCredentials(self.secret_keys, self._node, settings.node_credential_ttl)
         self.bootstrap_tokens = BootstrapTokenAuthenticator(self._bootstrap_token)
         self.metrics = Metrics()
-        self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync)
+        self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync, purge_blobs=self._purge_blobs)
         # Read before serving, so that a bad price book stops the server before it starts.
         self.price_book = offerings.load(settings.price_book)
         # Opened here, so that a bad --blob-store stops the server before it starts.
@@ -113,6 +114,11 @@ class APIServer:
 
     async def _project(self, name: str) -> dict[str, Any] | None:
         return await self.storage.get(Key("Project", "", name))
+
+    async def _purge_blobs(self, project: str) -> int:
+        if self.blob_store is None:
+            return 0
+        return await blobcollection.purge(self.storage, self.blob_store, project)
 
     async def _node(self, name: str) -> dict[str, Any] | None:
         return await self.storage.get(Key("Node", "", name))

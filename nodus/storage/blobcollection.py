@@ -194,18 +194,20 @@ async def collect(
     store: ObjectStore,
     namespace: str,
     digest: str,
-    grace: timedelta,
+    grace: timedelta | None,
     before: datetime | None = None,
 ) -> Collected | None:
     """Delete the blob ``digest`` of ``namespace`` if it is still unreferenced for longer than ``grace``
-    (and, with ``before``, only while the database's clock is before it: the end of the project's current
-    storage hour, so a row is never deleted in an hour not yet sampled). None when it was kept."""
+    (None: whenever it was last referenced, for a project that is gone) and, with ``before``, only while the
+    database's clock is before it: the end of the project's current storage hour, so a row is never deleted
+    in an hour not yet sampled. None when it was kept."""
     async with storage._connection() as conn, conn.transaction():
         # The locks of a registration, in its order: the project's usage row, then the digest's lock.
         await conn.execute("SELECT 1 FROM blob_usage WHERE namespace = $1 FOR UPDATE", namespace)
         await conn.execute("SELECT pg_advisory_xact_lock($1::int, hashtext($2))", blobs._LOCK_CLASS, digest)
         row = await conn.fetchrow(
-            "DELETE FROM blobs WHERE namespace = $1 AND digest = $2 AND referenced_at < now() - $3::interval "
+            "DELETE FROM blobs WHERE namespace = $1 AND digest = $2 "
+            "AND ($3::interval IS NULL OR referenced_at < now() - $3::interval) "
             "AND ($4::timestamptz IS NULL OR clock_timestamp() < $4) RETURNING upload_id, size",
             namespace,
             digest,
@@ -221,6 +223,18 @@ async def collect(
     if not shared:
         await store.delete(blobs.object_key(row["upload_id"]))
     return Collected(digest, int(row["size"]), not shared)
+
+
+async def purge(storage: Storage, store: ObjectStore, namespace: str) -> int:
+    """Delete every blob of ``namespace`` now, whatever names it (its project is gone, and a project created
+    later under the same name must not read them by digest); returns how many rows went."""
+    async with storage._connection() as conn:
+        digests = [r["digest"] for r in await conn.fetch("SELECT digest FROM blobs WHERE namespace = $1", namespace)]
+    gone = 0
+    for digest in digests:
+        if await collect(storage, store, namespace, digest, None) is not None:
+            gone += 1
+    return gone
 
 
 async def sweep(storage: Storage, store: ObjectStore, older_than: datetime, batch: int = 1000) -> int:

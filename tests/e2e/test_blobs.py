@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import zstandard
 
 from nodus.cli import main as cli
+from tests.conftest import make_project
 from tests.support.cluster import Cluster
 from tests.support.objects import API, job, jobs_path
 
@@ -272,3 +274,31 @@ def test_a_jobs_committed_output_downloads_as_a_file(
     assert (tmp_path / "r.txt").read_bytes() == report
     with pytest.raises(SystemExit, match="NotFound"):
         cli.main(["outputs", "get", "train", "nothing", "-n", project, "--kubeconfig", kubeconfig])
+
+
+def test_a_project_created_again_under_a_deleted_ones_name_reads_none_of_its_blobs(
+    admin: httpx.Client, cluster: Cluster
+) -> None:
+    """A deleted project's blobs go with it, not after the grace period: an administrator who gives the name to
+    another tenant must not hand over the old one's bytes to whoever knows a digest."""
+    name = make_project(admin, [{"name": "alice", "role": "Owner"}], credit=None)
+    body = os.urandom(4096)
+    assert upload(admin, name, body).status_code == 201
+    assert admin.delete(f"{API}/projects/{name}").status_code in (200, 202)
+
+    def gone() -> bool:
+        return admin.get(f"{API}/projects/{name}").status_code == 404
+
+    deadline = time.monotonic() + 60
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone()
+    project = {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": name}, "spec": {}}
+    assert (
+        admin.post(
+            f"{API}/projects", json={**project, "spec": {"members": [{"name": "bob", "role": "Owner"}]}}
+        ).status_code
+        == 201
+    )
+    with cluster.client("bob") as bob:
+        assert bob.get(blobs_path(name, digest_of(body))).status_code == 404

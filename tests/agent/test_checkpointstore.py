@@ -111,6 +111,25 @@ async def test_a_store_that_lost_its_known_chunks_asks_before_sending(
     assert (blind.chunks_uploaded, blind.chunks_present) == (4, 0)
 
 
+async def test_chunks_collected_since_they_were_sent_are_sent_again(
+    api: Client, namespace: str, tmp_path: Path
+) -> None:
+    """A long run: chunks this attempt sent a day ago, named by nothing since, were collected; the server refuses
+    a manifest that names them, and the store sends them again instead of failing every later checkpoint."""
+    state = tmp_path / "state"
+    write_shards(state, 2, CHUNK_SIZE + 1)
+    mirror = Mirror(tmp_path / "mirror", {STATE: state})
+    manifest = checkpoint(mirror)
+    store = CheckpointStore(api, namespace, probe=False)
+    store.known = set(manifest.digests())  # believed stored, but the project holds none of them
+    uploaded = await store.upload(manifest, mirror)
+    assert uploaded.chunks_uploaded == 4
+    restored = tmp_path / "restored"
+    fresh = Mirror(tmp_path / "fresh-mirror", {STATE: restored})
+    await CheckpointStore(api, namespace).restore(uploaded.digest, {STATE: restored}, fresh)
+    assert tree(restored) == tree(state)
+
+
 async def test_an_upload_cut_short_before_its_manifest_cannot_be_restored(
     api: Client, namespace: str, tmp_path: Path
 ) -> None:

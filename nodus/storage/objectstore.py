@@ -7,7 +7,7 @@ does not. Two implementations, chosen by ``--blob-store URL`` (:func:`open_store
 
 * ``file:///var/lib/nodus/blobs`` (or a plain path): :class:`FilesystemStore`. An object is written
   to a temporary file in the store and renamed into place once complete and flushed, so a reader
-  never sees a partial object and a crash leaves only a temporary file (removed at the next start).
+  never sees a partial object and a crash leaves only a temporary file (removed by a start an hour later).
   One API server, or several sharing the directory (NFS): the rename is atomic on one filesystem.
 * ``s3://bucket/prefix?endpoint=https://...&region=...``: :class:`S3Store` (boto3; credentials
   from the standard AWS chain: environment, profile, instance role). An object is a multipart
@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ READ_BYTES = 1 << 20
 S3_PART_BYTES = 8 << 20  # S3 wants parts of at least 5 MiB, except the last
 _KEY = re.compile(r"^(?!.*\.\.)[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 _PARTIAL = ".partial"
+_STALE_PARTIAL_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,13 @@ class FilesystemStore:
         self.root = root.absolute()
         self.description = f"file://{self.root}"
         (self.root / _PARTIAL).mkdir(parents=True, exist_ok=True)
-        # Temporary files of uploads cut short by a crash: nothing will finish them.
+        # Temporary files of uploads cut short by a crash: nothing will finish them. Only those untouched for
+        # an hour: API servers sharing the directory may be writing the others (an upload writes every moment).
+        stale = time.time() - _STALE_PARTIAL_SECONDS
         for leftover in (self.root / _PARTIAL).iterdir():
             with contextlib.suppress(OSError):
-                leftover.unlink()
+                if leftover.stat().st_mtime < stale:
+                    leftover.unlink()
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)

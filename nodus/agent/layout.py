@@ -21,14 +21,19 @@ tree; what goes into it (inputs, secrets) and when it is removed is the agent's 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from nodus.agent import hostfiles
 
 # The directories under /nodus/ inside the sandbox, in the order of the contract.
 NODUS_DIRECTORIES = ("inputs", "outputs", "state", "secrets", "scratch", "connections", "checkpoint", "gang")
 # The directories the program may read but not change.
 READ_ONLY_DIRECTORIES = frozenset({"inputs", "connections", "gang"})
+# Readable by the agent's user only (the sandboxed program runs as that user).
+PRIVATE_DIRECTORIES = frozenset({"secrets", "connections"})
 # Mount point of the layout's nodus/ directory inside the sandbox.
 SANDBOX_NODUS_DIR = "/nodus"
 # The progress protocol's file (nodus.agent.progress), bound on its own: /nodus itself is read-only.
@@ -49,19 +54,23 @@ class AttemptLayout:
         """Create (or reuse, if it exists) the attempt's directory tree under ``root`` and return it.
 
         Idempotent, so an agent that restarts mid-attempt finds the same directories and their contents.
+        What an earlier run left is reached without following links (``nodus.agent.hostfiles``): a link
+        where a directory of the layout belongs raises UnsafePath, one at the progress file is replaced.
         Raises ValueError for a name that is not a single path component.
         """
-        if attempt_name in ("", ".", "..") or "/" in attempt_name or "\0" in attempt_name:
+        if not hostfiles.is_name(attempt_name):
             raise ValueError(f"{attempt_name!r} is not a valid attempt directory name")
         root = root.absolute()
         layout = cls(root=root, directory=root / attempt_name)
         for name in NODUS_DIRECTORIES:
-            (layout.nodus_dir / name).mkdir(parents=True, exist_ok=True)
-        # Secrets are readable by the agent's user only; the sandboxed program runs as that user.
-        layout.secrets.chmod(0o700)
-        layout.connections.chmod(0o700)
-        layout.workdir.mkdir(exist_ok=True)
-        layout.progress.touch(exist_ok=True)
+            fd = hostfiles.open_directory(hostfiles.Location(layout.directory, ("nodus", name)), create=True)
+            try:
+                if name in PRIVATE_DIRECTORIES:
+                    os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+        os.close(hostfiles.open_directory(hostfiles.Location(layout.directory, ("workdir",)), create=True))
+        _regular_file(hostfiles.Location(layout.directory, ("nodus", "progress")))
         return layout
 
     @property
@@ -127,3 +136,15 @@ class AttemptLayout:
         """
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.directory)
+
+
+def _regular_file(location: hostfiles.Location) -> None:
+    """Keep the regular file at ``location``, or make an empty one where there is none or a link was left."""
+    try:
+        os.close(hostfiles.open_file(location))
+        return
+    except FileNotFoundError:
+        pass
+    except hostfiles.UnsafePath:
+        hostfiles.remove(location)
+    hostfiles.write_file(location, b"")

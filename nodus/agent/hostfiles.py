@@ -246,11 +246,11 @@ def create_at(directory: int, name: str, mode: int = 0o644) -> int:
     return os.open(name, _CREATE, mode, dir_fd=directory)
 
 
-def write_file(location: Location, data: bytes, mode: int = 0o644, *, create_parents: bool = False) -> None:
+def write_file(location: Location, data: bytes, mode: int = 0o644) -> None:
     """Make ``location`` a regular file holding exactly ``data``, atomically: whoever opens the name sees
     the old file or the new one. Whatever was at the name (a file, a planted link) is replaced; a
     directory there raises :class:`UnsafePath`. ``mode`` is set exactly (the umask does not apply)."""
-    parent = open_directory(location.parent, create=create_parents)
+    parent = open_directory(location.parent)
     try:
         write_at(parent, location.name, data, mode, str(location))
     finally:

@@ -16,6 +16,7 @@ from nodus.api.blobcollection import BlobCollector, CollectionSettings
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
 from nodus.api.kinds import catalog, destinationrules, secret
+from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
 from nodus.api.registry import Registry
@@ -65,6 +66,8 @@ class APIServer:
         self.node_credentials = NodeCredentials(self.secret_keys, self._node, settings.node_credential_ttl)
         self.bootstrap_tokens = BootstrapTokenAuthenticator(self._bootstrap_token)
         self.metrics = Metrics()
+        # Project membership as running watches re-check it (nodus.api.http.watchaccess), read once a second.
+        self.membership = Membership(self.storage)
         self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync, purge_blobs=self._purge_blobs)
         # Read before serving, so that a bad price book stops the server before it starts.
         self.price_book = offerings.load(settings.price_book)

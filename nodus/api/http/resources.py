@@ -21,7 +21,7 @@ from nodus.api import decoding, fieldmanagement, negotiation, patching, schemas,
 from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed
-from nodus.api.http import bodies, lists, paths, queries, streaming, watches
+from nodus.api.http import bodies, lists, paths, queries, streaming, watchaccess, watches
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.paths import Target
 from nodus.api.http.responses import docs_base, request_id, respond
@@ -185,6 +185,7 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
                 docs_base(request),
                 request_id(request),
                 slot,
+                watchaccess.recheck(server.membership, principal, info, target.namespace, readable),
             )
         except BaseException:
             slot.release()

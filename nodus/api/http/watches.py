@@ -9,6 +9,9 @@ watcher so far behind that its position left the log) arrive as an ERROR event w
 A kind whose stored object is not what clients see (``KindInfo.served``: Secret) never gets the shared
 bytes: its encoder decodes each event and serialises the served form for each watcher.
 
+A user's watch is authorized again every two seconds while it streams (``watchaccess``, ADR 0035): one
+removed from the project it watches gets an ERROR event with a 403 Status and the stream ends.
+
 No watch lasts forever (ADR 0033): without ``timeoutSeconds`` it lasts between ``--min-request-timeout``
 and twice that, as in kube-apiserver, and a longer ``timeoutSeconds`` is cut to twice that; clients
 reconnect from their last resourceVersion. Each watch holds one of its user's slots
@@ -31,7 +34,7 @@ from starlette.responses import Response
 from nodus.api import tables
 from nodus.api.auth import authorization
 from nodus.api.errors import APIError, expired
-from nodus.api.http import streaming
+from nodus.api.http import streaming, watchaccess
 from nodus.api.http.lists import build_query, open_list, too_large
 from nodus.api.http.queries import ListOptions
 from nodus.api.http.streaming import Slot
@@ -216,6 +219,14 @@ class _Watch:
     error: APIError | None
     docs_base: str
     request_id: str
+    recheck: watchaccess.Recheck | None = None
+
+    async def _refused(self, loop: asyncio.AbstractEventLoop, due: float) -> tuple[APIError | None, float]:
+        """The Status that ends the watch when its caller may no longer see it (checked once ``due``), and when
+        to check next."""
+        if self.recheck is None or loop.time() < due:
+            return None, due
+        return await self.recheck(), loop.time() + watchaccess.RECHECK_SECONDS
 
     async def run(self, send: Any, transport: Any) -> None:
         async def chunk(data: bytes) -> None:
@@ -240,10 +251,17 @@ class _Watch:
                 await chunk(encoder.bookmark(self.start, initial_end=True))
             position, last_bookmark = self.start, loop.time()
             idle = max(0.05, min(self.timeout, interval if options.allow_bookmarks else self.timeout))
+            if self.recheck is not None:
+                idle = min(idle, watchaccess.RECHECK_SECONDS)
+            due = loop.time() + watchaccess.RECHECK_SECONDS
             fast = transport is not None and not encoder.table
             async for event in cache.stream(self.start, idle):
                 now = loop.time()
                 if now >= deadline:
+                    return
+                refused, due = await self._refused(loop, due)
+                if refused is not None:
+                    await chunk(_line("ERROR", refused.status_body(self.request_id, self.docs_base)))
                     return
                 if event is not None:
                     position = event.rv
@@ -266,8 +284,14 @@ class _Watch:
                 if remaining <= 0:
                     return
                 wait = min(remaining, interval) if options.allow_bookmarks else remaining
+                if self.recheck is not None:
+                    wait = min(wait, max(due - loop.time(), 0.05))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(live.gone.wait(), wait)
+                refused, due = await self._refused(loop, due)
+                if refused is not None and not live.gone.is_set():
+                    live.write(_line("ERROR", refused.status_body(self.request_id, self.docs_base)))
+                    return
                 if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
                     live.write(encoder.bookmark(cache.head))
         except storage_errors.Expired as exc:
@@ -290,6 +314,7 @@ async def respond_watch(
     docs_base: str,
     request_id: str,
     slot: Slot,
+    recheck: watchaccess.Recheck | None = None,
 ) -> WatchResponse:
     """The watch response; it releases ``slot`` when the stream ends (the caller releases it if this raises)."""
     cache = server.storage.watch_cache
@@ -325,7 +350,9 @@ async def respond_watch(
         await cache.wait_for_head(start, 3.0)
     encoder = _Encoder(info, representation, options.include_object)
     timeout = watch_timeout(server.settings.min_request_timeout, options.timeout_seconds)
-    watch = _Watch(server, info, watch_filter, options, encoder, initial, start, timeout, error, docs_base, request_id)
+    watch = _Watch(
+        server, info, watch_filter, options, encoder, initial, start, timeout, error, docs_base, request_id, recheck
+    )
     return WatchResponse(watch, slot)
 
 

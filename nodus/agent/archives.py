@@ -15,17 +15,23 @@ a POSIX (pax) tar stream in a single zstandard frame. Guarantees:
   opened through its parent's descriptor with ``O_NOFOLLOW`` (``nodus.agent.hostfiles``), so a symbolic
   link is packed as a link member and a file swapped for a link mid-pack fails the pack
   (:class:`~nodus.agent.hostfiles.UnsafePath`), never reads the link's target.
-* **Unpacking writes only what is plainly a file or a directory below the destination.** ``tarfile``
+* **Unpacking writes only files, directories and links that stay below the destination.** ``tarfile``
   only parses headers here; its extraction code and filters are never used. Each member is checked
-  first, name and link name: a symbolic link, a hard link, a device, a fifo, a sparse file, an absolute
-  name, a ``..`` component, a member that collides with an earlier one (same name twice, a file where a
-  directory is or the reverse) are refused with :class:`ArchiveError`. Files are created by this module,
-  ``O_CREAT | O_EXCL | O_NOFOLLOW`` through their directory's descriptor, directories one component at a
-  time; modes lose set-user-ID, set-group-ID, sticky and group/other write bits; owners are not kept.
-  :class:`Limits` bounds the entries and the bytes written (the declared sizes are checked before
-  anything is written). An archive refused part-way leaves what was written so far: treat the
-  destination as garbage on error. Symbolic links are refused rather than skipped: a tree that relies
-  on them would be wrong without them, and an input is read-only, so the program could not repair it.
+  first, name and link name: a hard link, a device, a fifo, a sparse file, an absolute name, a ``..``
+  component, a member that collides with an earlier one (same name twice, a file where a directory or
+  link is, or the reverse) are refused with :class:`ArchiveError`. A symbolic link is kept only when it
+  is *contained* (:func:`contained_link`): a relative target whose leading ``..`` components climb no
+  higher than the link's own directory, followed by plain names only (``../../blobs/ab12``, as a Hugging
+  Face cache links its snapshots to its blobs). Whatever other contained links it passes through, such a
+  target resolves below the destination, inside the sandbox as on the host; an absolute target, one that
+  climbs out, or one with ``..`` after a name (``a/../..``, which another link could turn into an escape)
+  is refused. Links are created, never followed: every later member is written through descriptors opened
+  with ``O_NOFOLLOW`` component by component, so a member "through" a link collides instead. Files are
+  created by this module, ``O_CREAT | O_EXCL | O_NOFOLLOW`` through their directory's descriptor,
+  directories one component at a time; modes lose set-user-ID, set-group-ID, sticky and group/other write
+  bits; owners are not kept. :class:`Limits` bounds the entries and the bytes written (the declared sizes
+  are checked before anything is written). An archive refused part-way leaves what was written so far:
+  treat the destination as garbage on error.
 
 Media types other than :data:`TAR` and :data:`TAR_ZSTD` are not archives: their bytes are written
 as one new file at the destination path (within the same byte bound).
@@ -282,6 +288,8 @@ class _Extraction:
             try:
                 if member.isdir():
                     self._directory(parts, member)
+                elif member.issym():
+                    self._link(parts, member)
                 else:
                     self._file(parts, member)
             except hostfiles.UnsafePath as exc:
@@ -297,6 +305,15 @@ class _Extraction:
             os.fchmod(fd, (member.mode & _DIRECTORY_MODE_BITS) | 0o700)
         finally:
             os.close(fd)
+
+    def _link(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
+        if not parts:
+            raise _unsafe(member, "is a link where the destination directory is")
+        parent = hostfiles.descend(self._root, parts[:-1], ".", create=True, mode=0o755)
+        try:
+            os.symlink(member.linkname, parts[-1], dir_fd=parent)
+        finally:
+            os.close(parent)
 
     def _file(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
         if not parts:
@@ -335,21 +352,39 @@ def _checked(member: tarfile.TarInfo) -> tuple[str, ...]:
     """The components of ``member``'s name below the destination; ArchiveError for a member that is
     refused (see the module docstring). ``.`` and empty components (``./a``, ``a//b``, ``dir/``) fold."""
     name = member.name
-    if member.issym() or member.islnk():
-        kind = "a symbolic link" if member.issym() else "a hard link"
-        raise _unsafe(member, f"is {kind} to {member.linkname!r}; links are never unpacked")
-    if member.linkname:
+    if member.islnk():
+        raise _unsafe(member, f"is a hard link to {member.linkname!r}; hard links are never unpacked")
+    if member.linkname and not member.issym():
         raise _unsafe(member, f"names a link target ({member.linkname!r}) but is not a link")
     if member.issparse():
         raise _unsafe(member, "is a sparse file, which is not unpacked")
-    if not (member.isreg() or member.isdir()):
-        raise _unsafe(member, "is a device, fifo or other special file; only files and directories are unpacked")
+    if not (member.isreg() or member.isdir() or member.issym()):
+        raise _unsafe(member, "is a device, fifo or other special file; only files, directories and links are unpacked")
     if name.startswith("/"):
         raise _unsafe(member, "has an absolute name")
     parts = tuple(part for part in name.split("/") if part not in ("", "."))
     if ".." in parts:
         raise _unsafe(member, "has a '..' component")
+    if member.issym() and not contained_link(parts, member.linkname):
+        raise _unsafe(
+            member,
+            f"is a symbolic link to {member.linkname!r}, which leaves the archive; only relative links that stay "
+            "inside it are unpacked",
+        )
     return parts
+
+
+def contained_link(parts: tuple[str, ...], target: str) -> bool:
+    """Whether a symbolic link at ``parts`` (below the destination) to ``target`` resolves below the destination
+    whatever other contained links it passes through: relative, a leading run of ``..`` no longer than the
+    link's depth, then only names (``.`` and empty components fold)."""
+    if not target or target.startswith("/") or "\0" in target:
+        return False
+    steps = [step for step in target.split("/") if step not in ("", ".")]
+    climbs = 0
+    while climbs < len(steps) and steps[climbs] == "..":
+        climbs += 1
+    return climbs <= len(parts) - 1 and ".." not in steps[climbs:] and bool(steps)
 
 
 def _unsafe(member: tarfile.TarInfo, why: str) -> ArchiveError:

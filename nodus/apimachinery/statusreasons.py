@@ -252,12 +252,13 @@ _add(
 _add(
     "ArchiveUnsafe",
     "An archive the Job reads (its source blob, a Volume revision or an output used as an input) was refused.",
-    "Rebuild the archive with regular files and directories only, relative names without .. and no links (tar -h "
-    "stores what a link points to), within the bounds the message names; then upload it again and create the Job "
-    "again.",
-    "The agent unpacks archives member by member and never writes a symbolic or hard link, a device, a fifo, an "
-    "absolute name or a name with a .. component, nor past 1 TiB or a million members (docs/data-plane.md, Paths "
-    "and links). The Job fails at once: the same archive would be refused again.",
+    "Rebuild the archive with regular files, directories and links that stay inside it, relative names without .. "
+    "(tar -h stores what a link points to), within the bounds the message names; then upload it again and create "
+    "the Job again.",
+    "The agent unpacks archives member by member and never writes a link that leaves the archive (absolute, or "
+    "climbing above its own directory), a hard link, a device, a fifo, an absolute name or a name with a .. "
+    "component, nor past 1 TiB or a million members (docs/data-plane.md, Paths and links). The Job fails at once: "
+    "the same archive would be refused again.",
 )
 _add(
     "InitFailed",

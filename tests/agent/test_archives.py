@@ -66,6 +66,57 @@ def test_a_packed_link_stays_a_link_and_is_refused_when_unpacked(tmp_path: Path)
         archives.unpack(tmp_path / "tree.tar.zst", tmp_path / "out", archives.TAR_ZSTD)
 
 
+def test_links_that_stay_inside_round_trip(tmp_path: Path) -> None:
+    """A Hugging Face cache in a Volume: snapshots link to blobs with ../.. targets."""
+    tree = make_tree(tmp_path / "tree")  # with its link to sub/deeper/c.txt
+    blobs = tree / "hub" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / "ab12").write_text("weights")
+    snapshot_dir = tree / "hub" / "snapshots" / "main"
+    snapshot_dir.mkdir(parents=True)
+    (snapshot_dir / "model.bin").symlink_to("../../blobs/ab12")
+    (tree / "hub" / "latest").symlink_to("snapshots/main")
+    archives.pack_to_file(tree, tmp_path / "tree.tar.zst")
+    archives.unpack(tmp_path / "tree.tar.zst", tmp_path / "out", archives.TAR_ZSTD)
+    assert snapshot(tmp_path / "out") == snapshot(tree)
+    assert (tmp_path / "out" / "hub" / "latest" / "model.bin").read_text() == "weights"
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "kept"),
+    [
+        pytest.param("a/link", "b", True, id="sibling"),
+        pytest.param("a/b/link", "../../c/d", True, id="climbs-to-the-root"),
+        pytest.param("a/link", "../../etc/passwd", False, id="climbs-out"),
+        pytest.param("link", "..", False, id="parent-of-the-root"),
+        pytest.param("a/link", "/etc", False, id="absolute"),
+        pytest.param("a/link", "b/../..", False, id="dot-dot-after-a-name"),
+        pytest.param("a/link", "", False, id="empty"),
+    ],
+)
+def test_which_links_are_contained(name: str, target: str, kept: bool) -> None:
+    assert archives.contained_link(tuple(name.split("/")), target) is kept
+
+
+def test_contained_links_cannot_chain_out(tmp_path: Path) -> None:
+    """sub/up -> .. is contained; x/z -> ../sub/up/../.. would climb out through it, and is refused."""
+    blob = _tar_of(
+        _directory("sub"),
+        (_member("sub/up", tarfile.SYMTYPE, ".."), b""),
+        _directory("x"),
+        (_member("x/z", tarfile.SYMTYPE, "../sub/up/../.."), b""),
+    )
+    with pytest.raises(archives.ArchiveError, match=r"'x/z': is a symbolic link .* leaves the archive"):
+        _unpack(tmp_path, blob)
+
+
+def test_a_file_is_never_written_through_a_contained_link(tmp_path: Path) -> None:
+    blob = _tar_of(_directory("real"), (_member("alias", tarfile.SYMTYPE, "real"), b""), _file("alias/planted"))
+    with pytest.raises(archives.ArchiveError, match=r"'alias/planted': collides"):
+        _unpack(tmp_path, blob)
+    assert not (tmp_path / "out" / "real" / "planted").exists()
+
+
 def test_packing_is_deterministic_and_sorted(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "tree")
     first = b"".join(archives.pack(tree))

@@ -231,3 +231,11 @@ def test_strict_decoding_names_at_most_twenty_fields(admin: httpx.Client, projec
     response = admin.post(jobs_path(project), json=body, params={"fieldValidation": "Strict"})
     message = str(refused(response, 400, "BadRequest", "and 480 more")["message"])
     assert message.count("unknown field") == 20
+
+
+def test_a_limit_past_int64_lists_everything(admin: httpx.Client, project: str) -> None:
+    # Found by schemathesis: the limit reached SQL as it was and overflowed int64 (a 500).
+    for path in (jobs_path(project), f"{API}/jobs"):
+        response = admin.get(path, params={"limit": "27615669233386814177280"})
+        assert response.status_code == 200, response.text[:500]
+    assert admin.delete(f"{API}/namespaces/{project}/connections", params={"limit": str(2**63)}).status_code == 200

@@ -20,6 +20,7 @@ from nodus.apimachinery.selectors import (
 )
 
 _TRUE = ("true", "1")
+_LARGEST_LIMIT = 2**62
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def parse(params: QueryParams, info: KindInfo, watch_path: bool = False) -> List
             raise bad_request(f"limit must be an integer, got {params['limit']!r}") from exc
         if limit < 0:
             raise bad_request("limit must not be negative")
-        limit = limit or None
+        # More than any list holds means "all"; storage counts in int64 (a larger limit was a 500).
+        limit = min(limit, _LARGEST_LIMIT) or None
     rv = params.get("resourceVersion", "")
     match = params.get("resourceVersionMatch", "")
     token = params.get("continue", "")

@@ -34,6 +34,7 @@ class BootstrapTokenAuthenticator:
         if expires is None or expires <= units.now():
             return None
         return Principal(
-            user=f"{BOOTSTRAP_USER_PREFIX}{token_id}", uid=str(obj["metadata"]["uid"]),
+            user=f"{BOOTSTRAP_USER_PREFIX}{token_id}",
+            uid=str(obj["metadata"]["uid"]),
             groups=(BOOTSTRAPPERS_GROUP, AUTHENTICATED_GROUP),
         )

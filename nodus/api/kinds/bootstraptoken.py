@@ -117,9 +117,7 @@ class BootstrapTokenStrategy(Strategy):
         if not isinstance(spec, dict):
             return errors
         if spec.get("secret") is not None:
-            errors.append(
-                fieldpath.invalid(Path("spec", "secret"), "<redacted>", "must be 16 characters of [a-z0-9]")
-            )
+            errors.append(fieldpath.invalid(Path("spec", "secret"), "<redacted>", "must be 16 characters of [a-z0-9]"))
         elif not spec.get("secretHash"):
             errors.append(
                 fieldpath.required(

@@ -29,7 +29,7 @@ from nodus.api.auth import controllers
 from nodus.api.auth.nodes import Attributes, NodeAuthorizer, NodeGraph, refuse
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError
-from nodus.api.registry import GROUP, KindInfo
+from nodus.api.registry import KindInfo
 
 READ_VERBS = frozenset({"get", "list", "watch"})
 
@@ -81,17 +81,9 @@ def narrowed_by_project(info: KindInfo) -> bool:
 def forbidden(
     principal: Principal, verb: str, info: KindInfo, project: str | None, needed: str, why: str = ""
 ) -> APIError:
-    where = f' in project "{project}"' if project else " at the cluster scope"
-    sub = ""
-    if verb.endswith("/status"):
-        verb, sub = verb.split("/", 1)[0], "/status"
-    message = (
-        f'{info.plural}.{GROUP} is forbidden: User "{principal.user}" cannot {verb} resource '
-        f'"{info.plural}{sub}" in API group "{GROUP}"{where}'
-    )
-    if why:
-        message += f": {why}"
-    return APIError("Forbidden", message, fix=needed, details={"group": GROUP, "kind": info.plural})
+    """A 403 naming ``verb`` (``update/status`` for a subresource) on ``info`` in ``project``."""
+    verb, _, sub = verb.partition("/")
+    return refuse(Attributes(principal, verb, info.plural, project, None, sub), needed, why)
 
 
 def _read_only(principal: Principal, verb: str, info: KindInfo, project: str | None) -> APIError:

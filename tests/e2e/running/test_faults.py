@@ -90,7 +90,9 @@ def test_nodus_logs_follows_a_running_attempt_to_its_end(running: Running) -> No
 
 
 def test_two_controllers_never_double_create_and_a_killed_leader_loses_nothing(running: Running) -> None:
-    standby = controllers.start(running.cluster, running.directory, "second")
+    # Trusting the tests' HTTPS server like the first leader: hosts it boots later serve other tests' URL inputs.
+    trust = ("--sim-agent-trust-ca", str(running.https.ca_file)) if running.https else ()
+    standby = controllers.start(running.cluster, running.directory, "second", trust)
     running.others.append(standby)
     assert controllers.wait_for_leader(running.cluster) == running.controllers.identity
     project = running.project()

@@ -354,6 +354,15 @@ _add(
     "filesystem (/tmp) disappears with the program and cannot be checkpointed.",
 )
 _add(
+    "CheckpointPathUnsafe",
+    "A checkpoint path is, or lies below, a symbolic link (or is not a directory) on the host.",
+    "Make every spec.recovery.checkpoint.paths entry a real directory: do not replace /nodus/state, the working "
+    "directory or a Volume's directory with a link.",
+    "The agent reads checkpoint paths one component at a time without following symbolic links, so that a link "
+    "the program leaves cannot make it copy host files into a checkpoint (ADR 0031). The checkpoint is not taken; "
+    "the program keeps running and the next checkpoint tries again.",
+)
+_add(
     "GangAssemblyFailed",
     "The gang's members did not all come up and mesh, more times in a row than distributed.maxAssemblyRetries allows.",
     "Read the message for the ranks that never came and how far each got; choose other capacity "

@@ -24,7 +24,8 @@ from nodus.apimachinery.sealing import Keyring
 from tests.conftest import make_project
 from tests.support import cluster as clusters
 
-pytestmark = pytest.mark.e2e
+# Two minutes of fuzzing: in the slow tier, which CI runs after `make test` (.ci/run).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENT = ROOT / "openapi" / "v3" / "apis" / "nodus.dev" / "v1.json"
 RUN_SECONDS = 100

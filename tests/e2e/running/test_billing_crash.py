@@ -28,7 +28,8 @@ from tests.e2e.running.test_jobs import create, shell
 from tests.support import controllers
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+# Controllers and a host killed at random moments: in the slow tier, which CI runs after `make test` (.ci/run).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 GRANTED = Decimal(50)
 INCREMENT = Decimal(60)

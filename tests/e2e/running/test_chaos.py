@@ -32,7 +32,8 @@ from tests.e2e.running.test_recovery import SPOT, counter
 from tests.support import controllers, recovery
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+# A chaos test: in the slow tier, which CI runs after `make test` (.ci/run).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 JOBS = 12
 STEPS, PAUSE = 200, 0.05  # 10 s of counting: three checkpoints, unless a restore shortens it

@@ -274,6 +274,7 @@ def test_a_checkpoint_above_max_size_is_refused_before_upload(running: Running) 
     patch_spec(running, project, "big", {"state": "Cancelled"})
 
 
+@pytest.mark.slow  # a soak: five preemptions of real training; CI runs it after `make test` (.ci/run)
 def test_pytorch_training_preempted_five_times_ends_bit_identical(running: Running, tmp_path: Path) -> None:
     """A real PyTorch program on interruptible capacity, preempted at random moments, finishes with the
     weights an uninterrupted run gets, losing at most one checkpoint interval of work per preemption."""

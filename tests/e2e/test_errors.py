@@ -40,8 +40,8 @@ def test_all_validation_errors_come_together(admin: httpx.Client, project: str) 
 
 def test_field_validation_modes(admin: httpx.Client, project: str) -> None:
     raw = (
-        b'{"apiVersion":"nodus.dev/v1","kind":"Job","metadata":{"name":"fv"},"spec":{"image":"x","bogus":1,'
-        b'"backoffLimit":1,"backoffLimit":2,"resources":{"gpu":{"type":["H100"],"count":1}}}}'
+        b'{"apiVersion":"nodus.dev/v1","kind":"Job","metadata":{"name":"fv"},"spec":{"image":"x","command":["x"],'
+        b'"bogus":1,"backoffLimit":1,"backoffLimit":2,"resources":{"gpu":{"type":["H100"],"count":1}}}}'
     )
     headers = {"Content-Type": "application/json"}
     strict = admin.post(jobs_path(project), content=raw, headers=headers, params={"fieldValidation": "Strict"})

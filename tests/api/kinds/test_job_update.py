@@ -1,4 +1,5 @@
-"""Updates of a Job: immutability, the raise-only cost cap, the one-way Cancelled state, status and warnings."""
+"""Updates of a Job: immutability, the raise-only cost cap, the one-way Cancelled state, a finished Job's state,
+status and warnings."""
 
 from __future__ import annotations
 
@@ -210,6 +211,29 @@ def test_state_transitions(old_state: str, new_state: str, allowed: bool) -> Non
     old = stored(make_job().set("spec.state", old_state).build())
     _, errors = update(edited(old, "state", new_state), old)
     assert kinds_and_fields(errors) == ([] if allowed else [(INVALID, "spec.state")])
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Cancelled"])
+@pytest.mark.parametrize("state", ["Running", "Suspended", "Cancelled"])
+def test_a_finished_job_keeps_its_state(phase: str, state: str) -> None:
+    """Nothing is left to suspend, resume or cancel: a changed state would only contradict the phase."""
+    old_state = "Cancelled" if phase == "Cancelled" else "Running"
+    old = stored(make_job().set("spec.state", old_state).build())
+    old["status"] = {"phase": phase}
+    _, errors = update(make_job().set("spec.state", state).build(), old)
+    if state == old_state:
+        assert errors == []
+        return
+    assert kinds_and_fields(errors) == [(INVALID, "spec.state")]
+    assert f"has finished (phase {phase})" in errors[0].detail and "create a new Job" in errors[0].detail
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Queued", "Running", "Suspending", "Suspended"])
+def test_a_job_not_finished_may_change_state(phase: str) -> None:
+    old = stored(make_job().build())
+    old["status"] = {"phase": phase}
+    _, errors = update(make_job().set("spec.state", "Suspended").build(), old)
+    assert errors == []
 
 
 def test_omitting_state_does_not_leave_cancelled() -> None:

@@ -272,7 +272,7 @@ INVALID_JOBS = [
         lambda b: b.sidecars({"command": ["proxy"]}), [(REQUIRED, "spec.sidecars[0].name")], id="sidecar-unnamed"
     ),
     pytest.param(
-        lambda b: b.sidecars({"name": "proxy", "startupTimeout": "0s"}),
+        lambda b: b.sidecars({"name": "proxy", "command": ["proxy"], "startupTimeout": "0s"}),
         [(INVALID, "spec.sidecars[0].startupTimeout")],
         id="sidecar-startup-zero",
     ),
@@ -332,12 +332,12 @@ INVALID_JOBS = [
     ),
     pytest.param(lambda b: b.env({"name": "T"}), [(REQUIRED, "spec.env[0].value")], id="env-no-value"),
     pytest.param(
-        lambda b: b.sidecars({"name": "proxy", "env": [var("A"), var("A")]}),
+        lambda b: b.sidecars({"name": "proxy", "command": ["proxy"], "env": [var("A"), var("A")]}),
         [(DUPLICATE, "spec.sidecars[0].env[1].name")],
         id="sidecar-env-duplicate",
     ),
     pytest.param(
-        lambda b: b.sidecars({"name": "proxy"}, {"name": "proxy"}),
+        lambda b: b.sidecars({"name": "proxy", "command": ["proxy"]}, {"name": "proxy", "command": ["proxy"]}),
         [(DUPLICATE, "spec.sidecars[1].name")],
         id="sidecar-duplicate",
     ),
@@ -559,7 +559,10 @@ VALID_JOBS = [
     pytest.param(lambda b: b.set("spec.completeByTime", "2026-12-01T08:00:00+01:00"), id="complete-by-offset"),
     pytest.param(lambda b: b.set("spec.timeout", "60m").set("spec.activeDeadlineSeconds", 3600), id="deadline-agrees"),
     pytest.param(lambda b: b.env(var("A", ""), var("_B")), id="env-empty-value"),
-    pytest.param(lambda b: b.env(var("A")).sidecars({"name": "proxy", "env": [var("A")]}), id="env-name-per-list"),
+    pytest.param(
+        lambda b: b.env(var("A")).sidecars({"name": "proxy", "command": ["proxy"], "env": [var("A")]}),
+        id="env-name-per-list",
+    ),
     pytest.param(
         lambda b: b.env({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}),
         id="env-secret",

@@ -6,7 +6,8 @@ On create the client's ``status`` is replaced by ``phase: Pending``, aliases are
 over, and the new spec is canonicalised and defaulted the same way, so an update that omits a
 defaulted field keeps it defaulted instead of reading as a change. Preparers never raise; the
 validators never mutate and return every problem at once (``validation``). What the agent will connect
-to is checked on create only (``destinationrules``).
+to (``destinationrules``) and what the runtime cannot run (``validation_runnable``) are checked on create
+only, so a Job stored before such a rule can still be cancelled or suspended.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class JobStrategy(Strategy):
         defaults.apply_defaults(new.get("spec"))
 
     def validate(self, obj: Object) -> list[FieldError]:
-        problems = validation.validate_spec(obj) + destinationrules.job_rules(obj)
+        problems = validation.validate_create(obj) + destinationrules.job_rules(obj)
         if estimates.RATE_CEILING in ((obj.get("metadata") or {}).get("annotations") or {}):
             problems.append(
                 fieldpath.forbidden(

@@ -4,7 +4,8 @@
 caps, required fields, unknown fields) and, on the same raw JSON, every cross-field rule of the
 ``validation_*`` modules. The two never wait for each other: a request with a wrong type in one
 field and a conflict between two others gets both errors. The rules skip values of the wrong type,
-so a mistake is reported once, by the model. :func:`validate_spec_update` adds the update rules;
+so a mistake is reported once, by the model. :func:`validate_create` adds what the runtime cannot run
+(``validation_runnable``: refused at create only), :func:`validate_spec_update` the update rules;
 :func:`validate_status` checks a status written through ``/status``.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nodus.api.kinds.job import validation_capacity, validation_data, validation_workload
-from nodus.api.kinds.job.jsonview import JSONObject, as_object
+from nodus.api.kinds.job import validation_capacity, validation_data, validation_runnable, validation_workload
+from nodus.api.kinds.job.jsonview import JSONObject, as_object, as_str
 from nodus.api.kinds.job.rules import duplicates
 from nodus.api.kinds.job.spec import JobSpec
 from nodus.api.kinds.job.status import JobStatus
@@ -59,12 +60,24 @@ def validate_spec(obj: JSONObject) -> list[FieldError]:
     return errors
 
 
+def validate_create(obj: JSONObject) -> list[FieldError]:
+    """Every problem with creating Job ``obj``: the spec's own rules, then what the runtime cannot run (a Job
+    every attempt of which would fail the same way is refused rather than billed ``backoffLimit`` times)."""
+    errors = validate_spec(obj)
+    raw = as_object(obj.get("spec"))
+    if raw is not None:
+        errors.extend(validation_runnable.runnable_rules(raw, SPEC))
+    return errors
+
+
 def validate_spec_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
-    """Every problem with updating Job ``old`` to ``new``: the spec's own rules, then what may not change."""
+    """Every problem with updating Job ``old`` to ``new``: the spec's own rules, then what may not change
+    (given what the Job has become: a finished Job's state stays)."""
     errors = validate_spec(new)
     new_spec, old_spec = as_object(new.get("spec")), as_object(old.get("spec"))
     if new_spec is not None and old_spec is not None:
-        errors.extend(update_rules(new_spec, old_spec, SPEC))
+        phase = as_str((as_object(old.get("status")) or {}).get("phase"))
+        errors.extend(update_rules(new_spec, old_spec, SPEC, phase=phase))
     return errors
 
 

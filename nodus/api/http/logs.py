@@ -10,7 +10,10 @@
   ``follow``, ``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps``, ``limitBytes`` and
   ``stream`` (``stdout``, ``stderr`` or ``All``). ``container`` picks one program (default '': the main
   program; ``kubectl logs -c NAME`` sends it); ``allContainers=true`` returns every program's lines,
-  those of other containers than the main program prefixed ``[NAME] ``.
+  those of other containers than the main program prefixed ``[NAME] ``. A Job's attempt that does not
+  exist yet is a 404 ``NotFound``; while the Job may still start it (it has not finished, is not being
+  deleted, and has that index and rank) the Status carries ``details.retryAfterSeconds``, on which
+  ``nodus logs -f`` waits, as ``kubectl logs -f job/NAME`` waits for a pod to run.
 
 Filters apply in this order: container, stream and since, then ``tailLines`` (the newest lines that passed),
 then ``limitBytes`` on the bytes sent (a line may be cut). The first page is read before the
@@ -61,6 +64,10 @@ PAGE = 500
 POLL_SECONDS = 0.3
 # The phases after which an attempt writes no more lines (docs/running-jobs.md, Attempt).
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
+# The phases after which a Job starts no more attempts (docs/running-jobs.md, Job).
+FINISHED_JOB_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
+# How long a reader of a Job's log should wait before asking again for an attempt that has not started yet.
+RETRY_SECONDS = 1
 JOB_LABEL = "nodus.dev/job"
 INDEX_LABEL = "nodus.dev/index"
 
@@ -513,7 +520,22 @@ async def _attempt_of(
         f"`kubectl get attempts -n {namespace} -l {JOB_LABEL}={name}` lists the Job's attempts; an index gets its "
         "first attempt when the Job controller starts it."
     )
-    details = {"name": name, "group": GROUP, "kind": "jobs"}
+    details: dict[str, Any] = {"name": name, "group": GROUP, "kind": "jobs"}
+    spec = job.get("spec") or {}
+    indexes = int(spec.get("completions") or 1)
+    if index >= indexes:
+        raise APIError(
+            "NotFound",
+            f'job "{name}" has no index {index}: its indexes are 0 to {indexes - 1}',
+            fix=f"Pass an index below spec.completions ({indexes}).",
+            details=details,
+        )
+    if not candidates or (number is not None and number > max(candidates)):
+        # The attempt may still come: say so the way Kubernetes says "try again" (StatusDetails), which
+        # `nodus logs -f` waits on. A finished or deleted Job, or a gang rank it does not have, never gets one.
+        ranks = int((spec.get("distributed") or {}).get("nodes") or 1)
+        if rank < ranks and not _finished_job(job):
+            details["retryAfterSeconds"] = RETRY_SECONDS
     if not candidates:
         raise APIError("NotFound", f'job "{name}" has no attempt for index {index} yet', fix=fix, details=details)
     if number is None:
@@ -528,3 +550,9 @@ async def _attempt_of(
             details=details,
         )
     return candidates[number]
+
+
+def _finished_job(job: dict[str, Any]) -> bool:
+    """Whether the Job will start no more attempts: it ended, or it is being deleted."""
+    status = job.get("status") or {}
+    return bool(job["metadata"].get("deletionTimestamp")) or status.get("phase") in FINISHED_JOB_PHASES

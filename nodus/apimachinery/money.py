@@ -48,3 +48,36 @@ def hold_for(rate_per_hour: Decimal, window_seconds: Decimal) -> Decimal:
     charge), rounded up to the micro-dollar. The billing controller places it and the estimate quotes it."""
     window = rate_per_hour * window_seconds / SECONDS_PER_HOUR
     return (window + charge(rate_per_hour, Decimal(INCREMENT_SECONDS))).quantize(MICRO, rounding=ROUND_CEILING)
+
+
+# What people read in tables (nodus's and kubectl's): one precision per kind of figure. The API, YAML, JSON and
+# CSV carry the exact amounts (:func:`text`); a table rounds for the eye, and never to a zero that hides a charge.
+AMOUNT_PLACES = Decimal("0.01")
+RATE_PLACES = Decimal("0.0001")
+
+
+def amount_cell(value: Decimal | str, symbol: str = "") -> str:
+    """An amount of USD in a table: two decimals, rounded half-up, thousands separated (``1,234.50``), after
+    ``symbol`` (``$``). A non-zero amount below half a cent is ``<0.01`` (``-<0.01`` when negative), not
+    ``0.00``: a charge of a few micro-dollars is shown to exist. A value that is not a number is shown as is."""
+    return _cell(value, AMOUNT_PLACES, symbol)
+
+
+def rate_cell(value: Decimal | str, symbol: str = "") -> str:
+    """A rate (USD per hour, per GiB-month) in a table: four decimals, rounded half-up (``2.4900``); a
+    non-zero rate below that is ``<0.0001``. A value that is not a number is shown as is."""
+    return _cell(value, RATE_PLACES, symbol)
+
+
+def _cell(value: Decimal | str, places: Decimal, symbol: str) -> str:
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except ArithmeticError:
+        return str(value)
+    if not number.is_finite():
+        return str(value)
+    sign = "-" if number < 0 else ""
+    rounded = abs(number).quantize(places, rounding=ROUND_HALF_UP)
+    if rounded == 0 and number != 0:
+        return f"{sign}<{symbol}{places}"
+    return f"{sign if rounded else ''}{symbol}{rounded:,f}"

@@ -28,6 +28,7 @@ from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apimachinery.money import amount_cell
 from nodus.apimachinery.selectors import SelectorError
 from nodus.billing import budgets, money
 
@@ -184,6 +185,17 @@ def _default(obj: Object) -> None:
         spec["period"] = budgets.DEFAULT_PERIOD
 
 
+def _amount(name: str, path: str, description: str) -> PrinterColumn:
+    """A column of USD to the cent, as every table shows an amount (``-o yaml`` has the exact figure)."""
+    exact = PrinterColumn(name, "string", path, description)
+
+    def value(obj: Object) -> str | None:
+        found = exact.extract(obj)
+        return None if found is None else amount_cell(str(found))
+
+    return PrinterColumn(name, "string", path, description, value=value)
+
+
 BUDGET = KindInfo(
     kind="Budget",
     plural="budgets",
@@ -195,13 +207,11 @@ BUDGET = KindInfo(
     status_model=BudgetStatus,
     strategy=BudgetStrategy(),
     printer_columns=(
-        PrinterColumn("Limit", "string", ".spec.limitUSD", "LimitUSD is the most matching Jobs may commit per period."),
+        _amount("Limit", ".spec.limitUSD", "LimitUSD is the most matching Jobs may commit per period."),
         PrinterColumn("Period", "string", ".spec.period", "Period is Daily, Monthly or Total."),
-        PrinterColumn(
-            "Spent", "string", ".status.spentUSD", "SpentUSD is what matching Jobs were charged in the period."
-        ),
-        PrinterColumn("Held", "string", ".status.heldUSD", "HeldUSD is what open holds of matching Jobs hold."),
-        PrinterColumn("Remaining", "string", ".status.remainingUSD", "RemainingUSD is what is left in the period."),
+        _amount("Spent", ".status.spentUSD", "SpentUSD is what matching Jobs were charged in the period."),
+        _amount("Held", ".status.heldUSD", "HeldUSD is what open holds of matching Jobs hold."),
+        _amount("Remaining", ".status.remainingUSD", "RemainingUSD is what is left in the period."),
         PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the budget was created."),
         PrinterColumn("Description", "string", ".spec.description", "Description of the budget.", priority=1),
     ),

@@ -21,7 +21,7 @@ from nodus.api.kinds.job.scalars import Duration, PositiveDuration, PositiveUsd,
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
-from nodus.apimachinery import fieldpath, units
+from nodus.apimachinery import fieldpath, money, units
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.catalog.pricebook import VERSION_LABEL
 
@@ -174,7 +174,8 @@ def _spec(obj: Object) -> dict[str, Any]:
 
 
 def rate(obj: Object) -> str | None:
-    """``spec.rateUSDPerHour`` with at least two decimals and every non-zero digit (``23.92``, ``0.451584``)."""
+    """``spec.rateUSDPerHour`` as every table shows a rate: four decimals (``23.9200``, ``0.4516``); the exact
+    rate is in ``-o yaml``."""
     text = _spec(obj).get("rateUSDPerHour")
     if not isinstance(text, str):
         return None
@@ -182,8 +183,7 @@ def rate(obj: Object) -> str | None:
         amount = units.parse_usd(text)
     except ValueError:
         return text
-    whole, _, fraction = f"{amount:f}".partition(".")
-    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+    return money.rate_cell(amount)
 
 
 def _or_none(path: str) -> Callable[[Object], Any]:

@@ -4,10 +4,11 @@ Default: PHASE, COMPLETIONS (``succeeded/completions``, e.g. ``0/4``), COST and 
 wide`` also REASON, OFFERING, ATTEMPTS and GANG (a gang Job's ``started/size phase epoch``, e.g.
 ``2/2 Running e1``).
 
-COST is ``status.cost.totalUSD`` as dollars, exact: at least two decimals and every non-zero digit
-the ledger holds (``12.5`` -> ``$12.50``, ``0.004213`` -> ``$0.004213``, ``1234`` -> ``$1,234.00``),
-because the column is the one place a user sees what a Job cost and rounding a small charge to
-``$0.00`` would hide it. A Job without a charge yet shows ``$0.00``.
+COST is ``status.cost.totalUSD`` as dollars to the cent, as every table shows an amount
+(:func:`nodus.apimachinery.money.amount_cell`: ``12.5`` -> ``$12.50``, ``1234`` -> ``$1,234.00``); a
+charge below half a cent shows as ``<$0.01``, never ``$0.00``, because the column is the one place a
+user sees what a Job cost and a small charge must not look like none. The exact amount is in
+``-o yaml``. A Job without a charge yet shows ``$0.00``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from nodus.api.kinds.job.jsonview import as_int, as_object, as_str, child
 from nodus.api.registry import PrinterColumn
-from nodus.apimachinery import units
+from nodus.apimachinery import money, units
 
 DEFAULT_COMPLETIONS = 1
 
@@ -29,7 +30,8 @@ def completions(obj: dict[str, Any]) -> str:
 
 
 def cost(obj: dict[str, Any]) -> str:
-    """``status.cost.totalUSD`` as ``$1,234.50``, exact to the micro-dollar; ``$0.00`` before any charge."""
+    """``status.cost.totalUSD`` as ``$1,234.50`` (``<$0.01`` for less than half a cent); ``$0.00`` before any
+    charge."""
     total = as_str((child(obj, "status", "cost") or {}).get("totalUSD"))
     if total is None:
         return "$0.00"
@@ -37,8 +39,7 @@ def cost(obj: dict[str, Any]) -> str:
         amount = units.parse_usd(total)
     except ValueError:
         return total  # shown as stored rather than hidden
-    whole, _, fraction = f"{amount:f}".partition(".")
-    return f"${int(whole):,}.{fraction.rstrip('0').ljust(2, '0')}"
+    return money.amount_cell(amount, "$")
 
 
 def gang(obj: dict[str, Any]) -> str | None:
@@ -61,7 +62,13 @@ PRINTER_COLUMNS: tuple[PrinterColumn, ...] = (
         "Indexes that succeeded out of spec.completions.",
         value=completions,
     ),
-    PrinterColumn("Cost", "string", ".status.cost.totalUSD", "What has been charged so far, in USD.", value=cost),
+    PrinterColumn(
+        "Cost",
+        "string",
+        ".status.cost.totalUSD",
+        "What has been charged so far, in USD to the cent (the exact amount is status.cost.totalUSD).",
+        value=cost,
+    ),
     PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the Job was created."),
     PrinterColumn(
         "Reason",

@@ -31,8 +31,9 @@ class CostSegments(JobModel):
     )
     covered_by_nodus: list[Literal["Boot", "Running", "Restore", "Teardown"]] | None = Field(
         None,
-        description="CoveredByNodus lists the segments (Boot, Running, Restore, Teardown) with time Nodus paid for "
-        "instead of charging it, such as the start and teardown of a run that failed because of Nodus.",
+        description="CoveredByNodus lists the segments (Boot, Running, Restore, Teardown: the rounding to the billing "
+        "increment) with time Nodus paid for instead of charging it, such as the start of a run that failed because "
+        "of Nodus.",
     )
     restore_usd: Usd | None = Field(
         None,
@@ -51,7 +52,9 @@ class CostSegments(JobModel):
     teardown_usd: Usd | None = Field(
         None,
         alias="teardownUSD",
-        description="TeardownUSD is the charge from stop until deletion was confirmed, with the billing increment.",
+        description="TeardownUSD is the rounding charge, not time spent tearing down: the billed time (boot or "
+        "restore plus running) rounded up to the billing increment (60 s, at least one increment), at the same "
+        "rate. The CLI shows it as Rounding.",
     )
 
 
@@ -158,7 +161,8 @@ class Estimate(JobModel):
     minimum_charge_usd: Usd | None = Field(
         None,
         alias="minimumChargeUSD",
-        description="MinimumChargeUSD is the billing increment rounding charged once per allocation.",
+        description="MinimumChargeUSD is one billing increment (60 s) at the rate: the least an allocation costs, "
+        "since its billed time is rounded up to whole increments.",
     )
     overhead_usd: USDBand | None = Field(None, alias="overheadUSD", description=USD_BAND)
     placement_preview: PlacementPreview | None = Field(

@@ -60,7 +60,9 @@ _register(
     "The caller may not do this.",
     "Ask an Owner of the project to add you to `spec.members` with a role that allows the verb "
     "(Viewer: get, list, watch; Editor: also create, update, patch, delete; Owner: also manage members).",
-    "Authorisation is per project. The message names the user, the verb, the resource and the project.",
+    "Authorisation is per project. The message names the user, the verb, the resource and the project. Creating "
+    "anything in a project that is being deleted is refused too, with the cause ProjectTerminating in "
+    "details.causes: wait until the project is gone.",
 )
 _register(
     "NotFound",

@@ -22,6 +22,7 @@ from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
 from nodus.api.registry import API_VERSION, GROUP, KindInfo
 from nodus.apimachinery import fieldpath
+from nodus.apimachinery.causes import PROJECT_TERMINATING
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apimachinery.units import format_time, now
 from nodus.storage import errors as storage_errors
@@ -132,10 +133,19 @@ class GenericStore:
                 details={"name": project_name, "group": GROUP, "kind": "projects"},
             )
         if project["metadata"].get("deletionTimestamp"):
+            message = f"unable to create new content in project {project_name} because it is being deleted"
             raise APIError(
                 "Forbidden",
-                f"unable to create new content in project {project_name} because it is being deleted",
+                message,
                 fix="Wait until the project is gone and create it again, or use another project.",
+                # As kube-apiserver's NamespaceTerminating cause: clients (the controllers) tell this expected
+                # refusal from a missing right by it, not by the message.
+                details={
+                    "name": str(obj["metadata"].get("name") or ""),
+                    "group": GROUP,
+                    "kind": self.info.plural,
+                    "causes": [{"reason": PROJECT_TERMINATING, "message": message, "field": "metadata.namespace"}],
+                },
             )
 
     def _own(self, old: Object | None, new: Object, ctx: RequestContext, subresource: str = "") -> None:

@@ -118,6 +118,7 @@ def test_deleting_a_project_deletes_what_it_holds(admin: httpx.Client) -> None:
     assert response.status_code == 202
     refused = admin.post(jobs_path(doomed), json=job("late"))
     assert refused.status_code == 403 and "being deleted" in refused.json()["message"]
+    assert [c["reason"] for c in refused.json()["details"]["causes"]] == ["ProjectTerminating"]
     _eventually(lambda: admin.get(f"{API}/projects/{doomed}").status_code == 404)
     assert admin.get(jobs_path(doomed)).json()["items"] == []
 

@@ -7,8 +7,11 @@ workers take one key at a time and call ``reconcile(key)``:
 - returns ``None`` or ``Result()``: done, the key's backoff is forgotten;
 - returns ``Result(requeue_after=s)``: done, reconcile again in ``s`` seconds (timed waits);
 - raises :class:`TerminalError`: logged, forgotten, not retried (the input cannot succeed);
+- raises a 403 creating something in a project that is being deleted (cause ``ProjectTerminating``):
+  one INFO line, forgotten, not retried: the project's deletion removes the key's object too, and
+  that deletion queues the key again;
 - raises anything else: logged with its traceback and retried with the key's exponential
-  backoff (a 409 Conflict, the usual optimistic-concurrency race, is logged without one).
+  backoff (a 409 Conflict, the usual optimistic-concurrency race, is logged at DEBUG without one).
 
 :meth:`Manager.run` starts every informer, waits until all have listed, then runs the workers,
 under a :class:`LeaderElector` when one is given: standbys keep their caches warm (and their
@@ -21,8 +24,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
+from nodus.apimachinery.causes import PROJECT_TERMINATING
 from nodus.client import Client, errors
 from nodus.controllers.runtime.informers import Handler, Informer, Key, Object, object_key
 from nodus.controllers.runtime.leaderelection import LeaderElector
@@ -181,6 +185,11 @@ class Manager:
                     tasks.create_task(_work(controller), name=f"{controller.name}-{number}")
 
 
+def _project_terminating(exc: Exception) -> TypeGuard[errors.Forbidden]:
+    """A 403 for creating content in a project that is being deleted: expected while a project goes."""
+    return isinstance(exc, errors.Forbidden) and any(c.get("reason") == PROJECT_TERMINATING for c in exc.causes)
+
+
 async def _run_logged(name: str, run: Callable[[], Awaitable[None]]) -> None:
     try:
         await run()
@@ -206,11 +215,17 @@ async def _work(controller: _Controller[Any]) -> None:
             log.error("reconcile %s failed and will not be retried: %s", key, exc)
             queue.forget(key)
         except errors.Conflict as exc:
-            log.info("reconcile %s hit a conflict, retrying: %s", key, exc.message)
+            # Expected under optimistic concurrency (another writer came first) and retried at once: a line
+            # worth reading only when debugging.
+            log.debug("reconcile %s hit a conflict, retrying: %s", key, exc.message)
             queue.add_rate_limited(key)
-        except Exception:
-            log.exception("reconcile %s failed (attempt %d), retrying", key, queue.num_requeues(key) + 1)
-            queue.add_rate_limited(key)
+        except Exception as exc:
+            if _project_terminating(exc):
+                log.info("reconcile %s stopped: %s", key, exc.message)
+                queue.forget(key)
+            else:
+                log.exception("reconcile %s failed (attempt %d), retrying", key, queue.num_requeues(key) + 1)
+                queue.add_rate_limited(key)
         else:
             queue.forget(key)
             if result is not None and result.requeue_after is not None:

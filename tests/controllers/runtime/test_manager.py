@@ -1,5 +1,6 @@
 """The manager runs reconcilers on keys from informers: retries errors with backoff, honours
-requeue_after, drops terminal errors, shares informers, and runs workers only while leading."""
+requeue_after, drops terminal errors, shares informers, and runs workers only while leading. Expected
+failures (a 409 Conflict, a 403 in a project being deleted) are logged without a traceback."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
+import httpx
 import pytest
 
-from nodus.client import Client
+from nodus.client import Client, errors
 from nodus.controllers.runtime import (
     Informer,
     Key,
@@ -24,15 +27,17 @@ from nodus.controllers.runtime import (
     enqueue_object,
     enqueue_owner,
 )
-from tests.support.objects import job
+from tests.conftest import make_project
+from tests.support.objects import API, job
 from tests.support.waiting import eventually
 
 
 class Recording:
     """Reconciles by counting calls per key; behaviour per job name is scripted by its labels."""
 
-    def __init__(self, jobs: Informer) -> None:
+    def __init__(self, jobs: Informer, client: Client) -> None:
         self.jobs = jobs
+        self.client = client
         self.calls: Counter[Key] = Counter()
         self.active: set[Key] = set()
         self.overlap = False
@@ -52,9 +57,20 @@ class Recording:
                 raise TerminalError("cannot ever work")
             if behaviour == "timer" and self.calls[key] < 3:
                 return Result(requeue_after=0.05)
+            if behaviour == "stale" and obj is not None and self.calls[key] < 3:
+                await self.client.update(
+                    "jobs", {**obj, "metadata": {**obj["metadata"], "resourceVersion": "1"}}, key[0]
+                )
+            if behaviour == "child":  # what a Job controller does: create an object in the Job's project
+                with contextlib.suppress(errors.AlreadyExists):
+                    await self.client.create("volumes", _volume(f"{key[1]}-child"), key[0])
             return None
         finally:
             self.active.discard(key)
+
+
+def _volume(name: str) -> dict[str, Any]:
+    return {"apiVersion": "nodus.dev/v1", "kind": "Volume", "metadata": {"name": name}, "spec": {}}
 
 
 @contextlib.asynccontextmanager
@@ -73,7 +89,7 @@ def _manager(client: Client, project: str, elector: LeaderElector | None = None)
     jobs = manager.informer("jobs", namespace=project)
     queue: WorkQueue[Key] = WorkQueue()
     jobs.add_handler(enqueue_object(queue))
-    reconciler = Recording(jobs)
+    reconciler = Recording(jobs, client)
     manager.add_controller("test", reconciler, queue, workers=4)
     return manager, reconciler
 
@@ -111,6 +127,52 @@ async def test_failures_are_logged_with_a_traceback(
             await eventually(lambda: reconciler.calls[(project, "flaky")] >= 3)
     failures = [r for r in caplog.records if r.name == "nodus.controllers.test" and r.exc_info]
     assert failures and "transient failure" in str(failures[0].exc_info[1] if failures[0].exc_info else "")
+
+
+async def test_conflicts_are_retried_at_debug_level(
+    client: Client, project: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16: the optimistic-concurrency race filled a few minutes of nodus dev with INFO lines."""
+    manager, reconciler = _manager(client, project)
+    with caplog.at_level(logging.DEBUG, logger="nodus.controllers.test"):
+        async with running(manager):
+            await client.create("jobs", job("stale", labels={"behaviour": "stale"}), project)
+            await eventually(lambda: reconciler.calls[(project, "stale")] >= 3)  # two real 409s, retried
+    conflicts = [r for r in caplog.records if r.name == "nodus.controllers.test" and "conflict" in r.getMessage()]
+    assert len(conflicts) >= 2
+    assert all(r.levelno == logging.DEBUG and not r.exc_info for r in conflicts)
+
+
+async def test_a_project_being_deleted_is_one_info_line(
+    client: Client, admin: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16: deleting a project with a running Job printed three ERROR tracebacks, the Job controller's
+    retries of creating an Attempt the server refuses (403) in a project being deleted."""
+    doomed = make_project(admin)
+    held = job("held", labels={"behaviour": "child"})
+    held["metadata"]["finalizers"] = ["example.com/hold"]  # stays, being deleted, in the project being deleted
+    await client.create("jobs", held, doomed)
+    manager, reconciler = _manager(client, doomed)
+    with caplog.at_level(logging.DEBUG, logger="nodus.controllers.test"):
+        async with running(manager):
+            await eventually(lambda: reconciler.calls[(doomed, "held")] >= 1)
+            await eventually(lambda: admin.get(f"{API}/namespaces/{doomed}/volumes/held-child").status_code == 200)
+            before = reconciler.calls[(doomed, "held")]
+            admin.delete(f"{API}/projects/{doomed}").raise_for_status()
+            # The garbage collector marks the Job (its finalizer keeps it): the reconcile that follows tries to
+            # create the child and meets the 403 (the project is checked before the name).
+            await eventually(lambda: reconciler.calls[(doomed, "held")] > before)
+            await asyncio.sleep(0.5)  # retries would come within this (5 ms, 10 ms, 20 ms, ...)
+            refusals = reconciler.calls[(doomed, "held")] - before
+    admin.patch(
+        f"{API}/namespaces/{doomed}/jobs/held",
+        json={"metadata": {"finalizers": None}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    lines = [r for r in caplog.records if r.name == "nodus.controllers.test" and r.levelno >= logging.INFO]
+    assert [(r.levelname, r.exc_info) for r in lines] == [("INFO", None)], [r.getMessage() for r in lines]
+    assert f"reconcile ('{doomed}', 'held') stopped: unable to create new content in project" in lines[0].getMessage()
+    assert refusals <= 2, "not retried (each further call is a new event, not a retry)"
 
 
 async def test_informers_are_shared(client: Client, project: str) -> None:

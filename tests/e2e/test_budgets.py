@@ -46,8 +46,8 @@ def test_kubectl_creates_lists_and_explains_budgets(kc, project: str) -> None:  
     table = kc("get", "budgets").stdout.splitlines()
     assert table[0].split() == ["NAME", "LIMIT", "PERIOD", "SPENT", "HELD", "REMAINING", "AGE"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
-    assert rows["gpu-team"][1:3] == ["250", "Daily"]
-    assert rows["everything"][1:3] == ["1000", "Monthly"]  # the default period
+    assert rows["gpu-team"][1:3] == ["250.00", "Daily"]  # to the cent, as every table shows an amount
+    assert rows["everything"][1:3] == ["1,000.00", "Monthly"]  # the default period
     stored = json.loads(kc("get", "budget", "everything", "-o", "json").stdout)
     assert stored["metadata"]["namespace"] == project and stored["spec"]["period"] == "Monthly"
     assert "LimitUSD is the most" in kc("explain", "budgets.spec.limitUSD").stdout

@@ -78,12 +78,12 @@ def test_kubectl_get_offerings_shows_the_price_book(kc: Callable[[str], Kubectl]
         "1800Gi",
         "us-east",
         "false",
-        "23.92",
+        "23.9200",  # a rate: four decimals, as every table shows one
         "90s",
         "<none>",
     ]
     cpu = "cpu-8c-eu-spot"
-    assert rows[cpu] == [cpu, "<none>", "0", "<none>", "8", "32Gi", "eu-west", "true", "0.15241", "30s", "<none>"]
+    assert rows[cpu] == [cpu, "<none>", "0", "<none>", "8", "32Gi", "eu-west", "true", "0.1524", "30s", "<none>"]
     wide = dave("get", "off", f"{DOCUMENTED}-spot", "-o", "wide").stdout.splitlines()
     assert wide[0].split()[11:] == [
         "FAMILY",
@@ -95,7 +95,7 @@ def test_kubectl_get_offerings_shows_the_price_book(kc: Callable[[str], Kubectl]
         "PROVIDER",
         "PRICE-BOOK",
     ]
-    spot = ["true", "11.96", "90s", "<none>"]
+    spot = ["true", "11.9600", "90s", "<none>"]
     assert wide[1].split()[7:] == [*spot, "H100", "NVLink", "20Ti", "us", "6h", "4m", "sim", "2026-11"]
     explained = dave("explain", "offerings.spec.rateUSDPerHour").stdout
     assert "customer rate per host-hour" in explained

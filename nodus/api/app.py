@@ -145,6 +145,8 @@ def create_app(server: APIServer) -> FastAPI:
     router.add_route(
         "/apis/nodus.dev/v1/namespaces/{namespace}/ledger/storage/{subject}", billing.storage_state, every_method
     )
+    router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/statement", billing.statement, every_method)
+    router.add_route("/apis/nodus.dev/v1/ledger/verify", billing.verification, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log", logs.attempt_log, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log", logs.job_log, every_method)
     # Raw bytes (blobs, job outputs, volume revisions): streamed, never decoded as objects.

@@ -10,6 +10,10 @@ says (a copy may lag a moment after a movement; verify reads both, so run it on 
 run it twice). A project's own storage (ADR 0034): the bytes its quota counts are the sum of its blobs,
 every sampled hour marked charged has exactly its amount in the ledger and no hour is charged unmarked,
 and ``status.storage.chargedUSD`` of every Project equals its storage charges.
+
+Verification and statements are served to administrators by the API server (``GET /apis/nodus.dev/v1/ledger/verify`` and
+``.../namespaces/PROJECT/ledger/statement``, ADR 0038) over its own connections (:func:`breaches`,
+:func:`wire`), and run by operators straight on the database (:func:`verify`, :func:`statement`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from nodus.apimachinery import units
 from nodus.billing import budgets, ledger, money
@@ -28,28 +33,34 @@ from nodus.storage.objects import Storage
 
 
 async def verify(url: str) -> list[Breach]:
+    """:func:`breaches` of the database at ``url`` (an operator's run, without an API server)."""
     storage = Storage(url, pool_size=2, compaction_interval=3600)
     await storage.start()
     try:
-        found = await tables.breaches(storage)
-        found += await budgets.overspent(storage, units.now())
-        for project, shown in await tables.project_credit_copies(storage):
-            figures = await ledger.credits(storage, project)
-            for field, name in (("balanceUSD", "balance"), ("heldUSD", "held"), ("availableUSD", "available")):
-                copy = shown.get(field)
-                if copy is not None and Decimal(str(copy)) != figures[name]:
-                    found.append(
-                        Breach(
-                            "DisplayCopyEqualsLedger",
-                            f"project {project}: status.credits.{field} shows {copy}, the ledger "
-                            f"{money.text(figures[name])}",
-                        )
-                    )
-        found += await _attempt_copies(storage)
-        found += await _project_storage(storage)
-        return found
+        return await breaches(storage)
     finally:
         await storage.stop()
+
+
+async def breaches(storage: Storage) -> list[Breach]:
+    """Every breach of the ledger's invariants and of its display copies (empty: sound). Read only."""
+    found = await tables.breaches(storage)
+    found += await budgets.overspent(storage, units.now())
+    for project, shown in await tables.project_credit_copies(storage):
+        figures = await ledger.credits(storage, project)
+        for field, name in (("balanceUSD", "balance"), ("heldUSD", "held"), ("availableUSD", "available")):
+            copy = shown.get(field)
+            if copy is not None and Decimal(str(copy)) != figures[name]:
+                found.append(
+                    Breach(
+                        "DisplayCopyEqualsLedger",
+                        f"project {project}: status.credits.{field} shows {copy}, the ledger "
+                        f"{money.text(figures[name])}",
+                    )
+                )
+    found += await _attempt_copies(storage)
+    found += await _project_storage(storage)
+    return found
 
 
 SEGMENTS = ("Boot", "Running", "Restore", "Teardown")
@@ -109,7 +120,32 @@ async def _project_storage(storage: Storage) -> list[Breach]:
     return found
 
 
+def wire(line: StatementLine) -> dict[str, Any]:
+    """A statement line as the API serves it and the CLI prints it, whichever way it was read: amounts exact
+    (signed: a hold or a charge takes from the project), seconds in fixed point, absent fields left out."""
+    out: dict[str, Any] = {
+        "time": units.format_micro_time(line.time),
+        "movement": line.kind,
+        "key": line.key,
+        "subject": line.subject,
+    }
+    if line.subject_name:
+        out["subjectName"] = line.subject_name
+    if line.segment:
+        out["segment"] = line.segment
+    if line.seconds is not None:
+        # Fixed point: a normalized 3600 or 60 would print as 3.6E+3 or 6E+1.
+        out["seconds"] = format(line.seconds.normalize(), "f")
+    if line.rate_per_hour is not None:
+        out["rateUSDPerHour"] = money.text(line.rate_per_hour)
+    out["amountUSD"] = money.text(line.amount) if line.amount >= 0 else "-" + money.text(-line.amount)
+    out["covered"] = line.covered
+    out["memo"] = line.memo
+    return out
+
+
 async def statement(url: str, project: str, start: datetime, end: datetime) -> AsyncIterator[StatementLine]:
+    """The statement lines of ``project`` from the database at ``url`` (an operator's run)."""
     storage = Storage(url, pool_size=2, compaction_interval=3600)
     await storage.start()
     try:

@@ -67,8 +67,11 @@ async def hold(
     extend: bool = False,
     cap: Decimal | None = None,
     budgets: tuple[BudgetLimit, ...] | None = None,
+    memo: str = "",
 ) -> Posted:
     """Reserve ``amount`` of ``project``'s available credit in hold ``hold_id`` (new, or ``extend``ed).
+    ``memo`` is kept with the posting: the API server writes the hold's Attempt there (``attempt/NAME``), which
+    statements show after the Attempt is gone (ADR 0038); it is not part of what makes a replay the same.
 
     Raises :class:`~nodus.storage.ledger.Overdrawn` when the available credit is short,
     :class:`~nodus.storage.ledger.CapExceeded` when ``cap`` (a Job's ``maxCostUSD``) would be passed by
@@ -84,6 +87,7 @@ async def hold(
         project,
         entries,
         subject=hold_id,
+        memo=memo,
         non_negative=frozenset({(project, AVAILABLE)}),
         hold=change,
     )

@@ -252,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
     estimate.add_estimate_flags(estimate_cmd)
     estimate_cmd.set_defaults(run="estimate:estimate")
 
-    bill = commands_.add_parser("billing", help="operators' tools on the ledger (reads the database)")
+    bill = commands_.add_parser("billing", help="the ledger: verify it, list a statement (administrators, operators)")
     bill_commands = bill.add_subparsers(dest="billing_command", required=True)
     verify = bill_commands.add_parser("verify", help="check every ledger invariant; exit 1 on any breach")
     statement = bill_commands.add_parser("statement", help="every movement and charge of a project, or CSV")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -488,16 +488,40 @@ class StatementLine:
     amount: Decimal
     covered: bool
     memo: str
+    # What the subject (a uid) is, as kubectl names objects: ``attempt/train-0-1``, ``job/train``, ``project/demo``;
+    # '' when it names nothing (a grant) or nothing known any more.
+    subject_name: str = ""
 
 
-async def statement(storage: Storage, project: str, start: datetime, end: datetime) -> AsyncIterator[StatementLine]:
-    """Every movement of ``project``'s available and held credit and every charge, oldest first."""
-    query = """
+# An object by its uid, as ``kind/name`` (kubectl's form: the kind in lower case).
+_NAMED = "SELECT lower(o.kind) || '/' || o.name FROM objects o WHERE o.uid = {uid}"
+# The name the API server wrote in the memo of a hold's Hold posting (ADR 0038): it outlives the Attempt.
+_HOLD_NAME = (
+    "SELECT nullif(h.memo, '') FROM ledger_transactions h WHERE h.subject = {uid} AND h.kind = 'Hold' "
+    "ORDER BY h.id LIMIT 1"
+)
+
+
+async def subject_name(storage: Storage, uid: str) -> str:
+    """``kind/name`` of the object whose uid is ``uid`` (``attempt/train-0-1``), or '' when there is none."""
+    async with _connection(storage) as conn:
+        return str(await conn.fetchval(_NAMED.format(uid="$1"), uid) or "")
+
+
+async def statement(
+    storage: Storage, project: str, start: datetime, end: datetime
+) -> AsyncGenerator[StatementLine, None]:
+    """Every movement of ``project``'s available and held credit and every charge, oldest first, each with
+    what its subject is: the object of that uid if it exists, else the name recorded with its hold."""
+    query = f"""
         SELECT t.created_at, t.key, t.kind, t.subject, t.memo, c.segment, c.seconds, c.rate_per_hour, c.covered,
                coalesce(c.amount, (SELECT sum(e.amount) FROM ledger_entries e JOIN ledger_accounts a
                                    ON a.id = e.account_id
                                    WHERE e.transaction_id = t.id AND a.owner = t.project AND a.name = 'available'))
-               AS amount
+               AS amount,
+               CASE WHEN t.subject = '' THEN '' ELSE
+                 coalesce(({_NAMED.format(uid="t.subject")}), ({_HOLD_NAME.format(uid="t.subject")}), '')
+               END AS subject_name
         FROM ledger_transactions t LEFT JOIN charges c ON c.transaction_id = t.id
         WHERE t.project = $1 AND t.created_at >= $2 AND t.created_at < $3
         ORDER BY t.id
@@ -515,4 +539,5 @@ async def statement(storage: Storage, project: str, start: datetime, end: dateti
                 Decimal(row["amount"] or 0),
                 bool(row["covered"]),
                 row["memo"],
+                row["subject_name"],
             )

@@ -40,13 +40,42 @@ Controllers are API clients (they never touch the database), so money moves thro
   Without it (an extension for time already billed) no Budget is checked and the tags stay.
 
 Only administrators and the controllers (ADR 0035) may call either.
+
+Administrators also read the whole ledger here (ADR 0038), which the controllers may not (their rights,
+``nodus/api/auth/controllers.py``, do not include it):
+
+* ``GET /apis/nodus.dev/v1/ledger/verify``: every invariant of the ledger and every display copy checked now
+  (``nodus.billing.checking``)::
+
+    {"kind": "LedgerVerification", "apiVersion": "nodus.dev/v1", "sound": false,
+     "breaches": [{"invariant": "DisplayCopyEqualsLedger", "message": "project demo: status.credits..."}]}
+
+  A breach is a finding, not a failed request: the answer is a 200 either way.
+* ``GET /apis/nodus.dev/v1/namespaces/{project}/ledger/statement?start=RFC3339&end=RFC3339``: every movement
+  and charge of the project from ``start`` (default: the beginning) to ``end`` (exclusive; default: now),
+  oldest first, streamed from one database snapshot as a ``LedgerStatement`` list with one item per line,
+  so that a client may read it whole as JSON or line by line::
+
+    {"kind":"LedgerStatement","apiVersion":"nodus.dev/v1","project":"demo","start":"...","end":"...","items":[
+    {"time":"2026-12-01T10:00:00.123456Z","movement":"Charge","key":"...","subject":"<attempt uid>",
+     "subjectName":"attempt/train-0-1","segment":"Running","seconds":"61.5","rateUSDPerHour":"2.50",
+     "amountUSD":"0.042708","covered":false,"memo":""}
+    ,{...}
+    ]}
+
+  ``subjectName`` says what the subject uid is (``attempt/NAME``, ``job/NAME``, ``project/NAME``) while it
+  exists, and for an Attempt after it is gone (the name is kept with its hold). A stream cut short lacks its
+  closing ``]}``. The ledger outlives projects: a deleted project's statement is served too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -61,11 +90,12 @@ from nodus.api.auth.principal import Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
 from nodus.api.http.authentication import authenticate
+from nodus.api.http.lists import ClosingStreamingResponse
 from nodus.api.http.responses import request_id, respond
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery import units
-from nodus.billing import budgets, ledger, money
+from nodus.billing import budgets, checking, ledger, money
 from nodus.storage import ledger as tables
 from nodus.storage.budgets import BudgetExceeded, BudgetLimit
 from nodus.storage.errors import Key
@@ -143,6 +173,98 @@ async def storage_state(request: Request) -> Response:
     return respond(await _storage(server, request.path_params["namespace"], request.path_params["subject"]))
 
 
+async def verification(request: Request) -> Response:
+    """``GET /apis/nodus.dev/v1/ledger/verify``: administrators only."""
+    server = await _administrators_read(request, "verify")
+    found = await checking.breaches(server.storage)
+    return respond(
+        {
+            "kind": "LedgerVerification",
+            "apiVersion": API_VERSION,
+            "sound": not found,
+            "breaches": [{"invariant": breach.invariant, "message": breach.detail} for breach in found],
+        }
+    )
+
+
+_BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+# Lines per write to the connection: a statement of a busy month is many thousands.
+_LINES_PER_CHUNK = 200
+
+
+async def statement(request: Request) -> Response:
+    """``GET .../namespaces/{namespace}/ledger/statement``: administrators only."""
+    server = await _administrators_read(request, "statement")
+    project = request.path_params["namespace"]
+    start = _time_parameter(request, "start") or _BEGINNING
+    end = _time_parameter(request, "end") or units.now()
+    lines = tables.statement(server.storage, project, start, end)
+    resources = contextlib.AsyncExitStack()
+    resources.push_async_callback(lines.aclose)  # the cursor's connection, however the stream ends
+    try:
+        # The first line is read before the answer starts, so that a database that cannot be reached is a 503
+        # Status, not a 200 cut short.
+        first = await anext(lines, None)
+    except BaseException:
+        await resources.aclose()
+        raise
+    head = {
+        "kind": "LedgerStatement",
+        "apiVersion": API_VERSION,
+        "project": project,
+        "start": units.format_micro_time(start),
+        "end": units.format_micro_time(end),
+    }
+
+    async def body() -> AsyncIterator[bytes]:
+        yield orjson.dumps(head)[:-1] + b',"items":[\n'
+        if first is not None:
+            chunk = [orjson.dumps(checking.wire(first)) + b"\n"]
+            async for line in lines:
+                chunk.append(b"," + orjson.dumps(checking.wire(line)) + b"\n")
+                if len(chunk) >= _LINES_PER_CHUNK:
+                    yield b"".join(chunk)
+                    chunk = []
+            yield b"".join(chunk)
+        yield b"]}\n"
+
+    return ClosingStreamingResponse(body(), resources, media_type="application/json")
+
+
+async def _administrators_read(request: Request, resource: str) -> APIServer:
+    """The preamble of the administrators' reads: GET only, counted as ``get ledger/<resource>``, and refused
+    (403) to everyone else, the controllers included."""
+    server: APIServer = request.app.state.server
+    if request.method != "GET":
+        raise method_not_allowed(request.method.lower(), f"ledger/{resource}")
+    request.scope["state"]["metrics"] = ("get", f"ledger/{resource}")
+    principal = await authenticate(server, request)
+    attrs = Attributes(principal, "get", _RESOURCE, request.path_params.get("namespace"), None, resource)
+    # Nodus's own identities are decided there (the controllers and nodes are refused: neither has this right);
+    # a user who is not an administrator gets False.
+    if not await server.authorizer.system(attrs):
+        raise APIError(
+            "Forbidden",
+            f'User "{principal.user}" cannot get the ledger\'s {resource} in API group "{GROUP}": administrators only',
+            fix="Use an administrator's kubeconfig (group system:masters; nodus dev writes DATA_DIR/kubeconfig). "
+            "A project's members read its credits (nodus credits show PROJECT) and each Job's status.cost.",
+            details={"group": GROUP, "kind": _RESOURCE},
+        )
+    return server
+
+
+def _time_parameter(request: Request, name: str) -> datetime | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return units.parse_time(text)
+    except ValueError as exc:
+        raise bad_request(
+            f"{name}: {exc}", fix=f"Send {name} as an RFC 3339 time with a zone, such as {name}=2026-11-01T00:00:00Z."
+        ) from None
+
+
 async def postings(request: Request) -> Response:
     """``POST .../namespaces/{namespace}/ledger/postings``."""
     server: APIServer = request.app.state.server
@@ -159,6 +281,8 @@ async def postings(request: Request) -> Response:
         if operation in ("Hold", "Extend"):
             amount = _amount(body, "amountUSD")
             cap = _amount(body, "capUSD") if body.get("capUSD") is not None else None
+            # The hold's Attempt by name, kept with the Hold: statements name it after it is gone (ADR 0038).
+            named = await tables.subject_name(server.storage, hold_id) if operation == "Hold" else ""
             await ledger.hold(
                 server.storage,
                 project,
@@ -169,6 +293,7 @@ async def postings(request: Request) -> Response:
                 extend=operation == "Extend",
                 cap=cap,
                 budgets=await _budgets(server, project, body),
+                memo=named,
             )
         elif operation in ("Capture", "Cover", "Refund"):
             charge = _charge(body, covered=operation == "Cover")

@@ -10,6 +10,10 @@
 grant: sent again, it grants nothing more; sent with another amount, it is refused (409). Without a
 key every POST is a new grant. After a grant the Project's ``status.credits`` (a display copy of
 the ledger, like every ``status.cost``) is brought up to date.
+
+The answer to a POST says which happened: ``201 Created`` and ``"grant": {"key": ..., "amountUSD": ...,
+"replayed": false}`` for a new grant; ``200 OK`` and ``"replayed": true`` when the key had granted that
+amount before and nothing more was granted now.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ async def credits(request: Request) -> Response:
     if request.method == "POST":
         amount, key, memo = _grant_request(await request.body(), request.headers.get("idempotency-key"))
         try:
-            await ledger.grant(server.storage, name, amount, f"grant:{name}:{key}", memo)
+            posted = await ledger.grant(server.storage, name, amount, f"grant:{name}:{key}", memo)
         except KeyReused:
             raise APIError(
                 "Conflict",
@@ -74,12 +78,11 @@ async def credits(request: Request) -> Response:
                 fix="Use a new key for a new grant; send the same key and amount to retry a grant safely.",
                 details={"name": name, "group": GROUP, "kind": "projects"},
             ) from None
-    if request.method == "POST":
         ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
         figures = await shown.show(server.stores["projects"], server.storage, name, ctx)
-    else:
-        figures = await ledger.credits(server.storage, name)
-    return respond(shown.body(name, figures), status=201 if request.method == "POST" else 200)
+        granted = {"key": key, "amountUSD": money.text(amount), "replayed": posted.replayed}
+        return respond({**shown.body(name, figures), "grant": granted}, status=200 if posted.replayed else 201)
+    return respond(shown.body(name, await ledger.credits(server.storage, name)))
 
 
 def _grant_request(raw: bytes, header_key: str | None) -> tuple[Any, str, str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from nodus.apimachinery import money
 from tests.e2e.running.conftest import Running
 from tests.support.objects import API
 
@@ -240,3 +241,55 @@ def test_credit_for_exactly_one_hold_does_not_churn_attempts(running: Running) -
     assert len(running.attempts(project, "tight")) <= 3  # at most one money stop, then one attempt per index
     checked = verify(running)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_statement_names_each_attempt_even_after_its_job_is_gone(running: Running) -> None:
+    """``nodus billing statement`` with an administrator's kubeconfig (what ``nodus dev`` gives) names the attempt
+    every hold, charge and release paid for, never its bare uid, shows the rounding to the billing increment as
+    Rounding and rates to four decimals; once the Job and its Attempt are deleted it still names the attempt
+    (the name is kept with its hold), through the API and on the database alike."""
+    project = running.project(credit="10")
+    create_job(running, project, "named", "sleep 1")
+    running.wait_for("the final charge", lambda: running.job(project, "named")["status"].get("cost", {}).get("final"))
+    [attempt] = running.attempts(project, "named")
+    uid, rate = attempt["metadata"]["uid"], attempt["status"]["placement"]["rateUSDPerHour"]
+    env = {"KUBECONFIG": str(running.cluster.kubeconfig("admin")), "PATH": "/usr/bin:/bin"}
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "nodus", "billing", "statement", project],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout
+    paid = [line for line in table.splitlines()[1:] if line.startswith("20") and " Grant " not in line]
+    assert paid and all(line.endswith("  attempt/named-0-1") for line in paid), table
+    assert uid not in table
+    charges = [line for line in paid if " Charge " in line]
+    assert charges and all(f" {money.rate_cell(rate)} " in line for line in charges), table
+    assert any(" Rounding " in line for line in charges) and not any(" Teardown " in line for line in paid), table
+    assert "Rounding: the billed time rounded up to the billing increment" in table
+
+    name = attempt["metadata"]["name"]
+    with running.client() as client:
+        assert client.delete(f"{API}/namespaces/{project}/jobs/named").status_code == 200
+        running.wait_for(
+            "the attempt to be gone",
+            lambda: client.get(f"{API}/namespaces/{project}/attempts/{name}").status_code == 404,
+        )
+    for where in (env, {**env, "NODUS_DATABASE_URL": running.cluster.database_url}):
+        listed = subprocess.run(
+            [sys.executable, "-m", "nodus", "billing", "statement", project, "--csv"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=where,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        rows = [row for row in csv.DictReader(io.StringIO(listed.stdout)) if row["subject"] == uid]
+        assert {"Hold", "Charge", "Release"} <= {row["kind"] for row in rows}, rows
+        assert {row["subjectName"] for row in rows} == {"attempt/named-0-1"}, rows

@@ -2,10 +2,13 @@
 
 It sends the Job as a dry run (``POST ...?dryRun=All``: nothing is stored) and prints
 ``status.estimate``: the cost and overhead bands, the rate and holds, the placement preview, startup
-bands, warnings and blocking reasons with their fix. ``-o yaml|json`` prints the estimate as data, with
-its ETag. ``--create`` then creates the Job bound to the estimate it printed (``If-Match``: admitted
-even after ``validUntil``, never placed above the rate plus 10 %); it is refused if the estimate has
-blocking reasons.
+bands, warnings and blocking reasons with their fix. Where the duration per index comes from is a row of
+its own: without ``spec.expectedDuration`` and without earlier runs of the program, the server assumes
+an hour (warning ``NoExpectedDuration``), and the table says so next to the cost, which is then a guess.
+Money is rounded for the eye as every table rounds it (amounts to the cent, rates to four decimals:
+:mod:`nodus.apimachinery.money`). ``-o yaml|json`` prints the estimate as data, exact, with its ETag.
+``--create`` then creates the Job bound to the estimate it printed (``If-Match``: admitted even after
+``validUntil``, never placed above the rate plus 10 %); it is refused if the estimate has blocking reasons.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nodus.apimachinery.money import amount_cell, rate_cell
 from nodus.cli.processes import kubeconfig_path
 
 
@@ -64,30 +69,39 @@ def estimate(args: argparse.Namespace) -> None:
     elif args.output == "yaml":
         print(yaml.safe_dump({"job": name, "project": project, "etag": etag, "estimate": figures}, sort_keys=False))
     else:
-        print(render(name, project, figures))
+        expected = (job.get("spec") or {}).get("expectedDuration")
+        print(render(name, project, figures, str(expected) if expected else None))
     if created is not None:
         print(f"job/{created['metadata']['name']} created, bound to this estimate", file=sys.stderr)
 
 
-def render(name: str, project: str, estimate: dict[str, Any]) -> str:
-    """The estimate as a table for people (every field; the placement explanation last)."""
+def render(name: str, project: str, estimate: dict[str, Any], expected: str | None = None) -> str:
+    """The estimate as a table for people (every field; the placement explanation last); ``expected`` is the
+    Job's ``spec.expectedDuration``, if it has one."""
     rows: list[tuple[str, str]] = [("Job", f"{project}/{name}")]
 
-    def band(key: str) -> str:
+    def band(key: str, note: str = "") -> str:
         value = estimate.get(key) or {}
-        return f"{value.get('p50', '-')} (P50)  {value.get('p90', '-')} (P90)"
+        p50, p90 = (amount_cell(str(value[p])) if p in value else "-" for p in ("p50", "p90"))
+        return f"{p50} (P50)  {p90} (P90){note}"
+
+    def amount(key: str) -> str:
+        return amount_cell(str(estimate[key])) if key in estimate else "-"
 
     if "costUSD" in estimate:
-        rows += [("Cost USD", band("costUSD")), ("Overhead USD", band("overheadUSD"))]
+        duration, guessed = _duration(estimate, expected)
         rows += [
-            ("Rate USD/h", str(estimate.get("rateUSDPerHour"))),
-            ("First hold USD", str(estimate.get("holdUSD"))),
-            ("Concurrent hold USD", str(estimate.get("concurrentHoldUSD"))),
-            ("Minimum charge USD", str(estimate.get("minimumChargeUSD"))),
+            ("Duration", duration),
+            ("Cost USD", band("costUSD", "  A GUESS: see Duration" if guessed else "")),
+            ("Overhead USD", band("overheadUSD")),
+            ("Rate USD/h", rate_cell(str(estimate["rateUSDPerHour"])) if "rateUSDPerHour" in estimate else "-"),
+            ("First hold USD", amount("holdUSD")),
+            ("Concurrent hold USD", amount("concurrentHoldUSD")),
+            ("Minimum charge USD", amount("minimumChargeUSD")),
         ]
         for key, label in (("gangHoldUSD", "Gang hold USD"), ("assemblyBoundUSD", "Assembly bound USD")):
             if key in estimate:
-                rows.append((label, str(estimate[key])))
+                rows.append((label, amount(key)))
         if "topology" in estimate:
             rows.append(("Topology", str(estimate["topology"])))
     preview = estimate.get("placementPreview") or {}
@@ -109,3 +123,25 @@ def render(name: str, project: str, estimate: dict[str, Any]) -> str:
     if preview.get("explain"):
         lines += ["", "Placement explained:", *("  " + line for line in str(preview["explain"]).splitlines())]
     return "\n".join(lines)
+
+
+# The figures the server's duration warnings carry (nodus/billing/estimating.py); the row still says where the
+# duration came from if their wording changes, only without the figures.
+_ASSUMED = re.compile(r"assumes (\S+) \(P90 (\S+?)\)")
+_FROM_HISTORY = re.compile(r"from (\d+) earlier run\(s\).*\(P50 (\S+), P90 (\S+?)\)")
+
+
+def _duration(estimate: dict[str, Any], expected: str | None) -> tuple[str, bool]:
+    """Where the duration per index comes from, as the Duration row says it, and whether it is a guess;
+    ``expected`` is the manifest's ``spec.expectedDuration``."""
+    warnings = {str(w.get("code")): str(w.get("message") or "") for w in estimate.get("warnings") or []}
+    if "NoExpectedDuration" in warnings:
+        found = _ASSUMED.search(warnings["NoExpectedDuration"])
+        assumed = f"{found[1]} per index (P90 {found[2]})" if found else "assumed"
+        return f"A GUESS: {assumed}: no spec.expectedDuration, no earlier run of this program", True
+    if "DurationFromHistory" in warnings:
+        found = _FROM_HISTORY.search(warnings["DurationFromHistory"])
+        if found:
+            return f"{found[2]} (P50)  {found[3]} (P90) per index, from {found[1]} earlier run(s)", False
+        return "from earlier runs of this program", False
+    return f"{expected} per index, from spec.expectedDuration" if expected else "from spec.expectedDuration", False

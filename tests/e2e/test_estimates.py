@@ -5,7 +5,9 @@ same reasons as blocking."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
@@ -173,3 +175,55 @@ def test_a_matching_budget_without_room_blocks_the_create_and_others_do_not(
         other = job("team-b-job", expectedDuration="10m")
         other["metadata"]["labels"] = {"team": "b"}
         assert alice.post(jobs(project), json=other).status_code == 201
+
+
+def estimate_table(cluster: Cluster, tmp_path: Path, project: str, body: dict[str, Any]) -> dict[str, str]:
+    """``nodus estimate -f`` (a real CLI process, alice's kubeconfig) as its rows: label -> value."""
+    manifest = tmp_path / f"{body['metadata']['name']}.yaml"
+    manifest.write_text(yaml.safe_dump(body))
+    env = {"KUBECONFIG": str(cluster.kubeconfig("alice")), "PATH": "/usr/bin:/bin"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "nodus", "estimate", "-f", str(manifest), "-n", project],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = {}
+    for line in shown.stdout.splitlines():
+        label, _, value = line.partition("  ")
+        if value and not line.startswith((" ", "warning", "BLOCKED")):
+            rows[label.strip()] = value.strip()
+    return rows
+
+
+def test_the_estimate_table_says_when_the_duration_is_a_guess(
+    cluster: Cluster, admin: httpx.Client, tmp_path: Path
+) -> None:
+    """hello.yaml's first estimate (no expectedDuration, no earlier run) priced an hour per index and printed it
+    like any other figure: the table now has a Duration row that says it is a guess, and marks the cost. Money is
+    printed to the cent and rates to four decimals."""
+    project = make_project(admin, MEMBERS, credit="100")
+    hello = {
+        "command": ["/bin/sh", "-c", "echo guessed"],
+        "completions": 4,
+        "parallelism": 2,
+        "resources": {"gpu": {"type": ["L4"], "count": 1}},
+    }
+    guessed = estimate_table(cluster, tmp_path, project, job("guessed", **hello))
+    assert guessed["Duration"] == (
+        "A GUESS: 1h0m0s per index (P90 2h0m0s): no spec.expectedDuration, no earlier run of this program"
+    ), guessed
+    assert guessed["Cost USD"].endswith("A GUESS: see Duration"), guessed
+    cents = r"[0-9,]+\.[0-9]{2}"
+    assert re.fullmatch(rf"{cents} \(P50\)  {cents} \(P90\)  A GUESS: see Duration", guessed["Cost USD"])
+    assert re.fullmatch(r"[0-9]+\.[0-9]{4}", guessed["Rate USD/h"]), guessed
+    for label in ("First hold USD", "Concurrent hold USD", "Minimum charge USD"):
+        assert re.fullmatch(rf"<0\.01|{cents}", guessed[label]), (label, guessed)
+
+    declared = estimate_table(cluster, tmp_path, project, job("declared", expectedDuration="5s", **hello))
+    assert declared["Duration"] == "5s per index, from spec.expectedDuration", declared
+    assert "GUESS" not in declared["Cost USD"]
+    assert re.fullmatch(rf"{cents} \(P50\)  {cents} \(P90\)", declared["Cost USD"]), declared

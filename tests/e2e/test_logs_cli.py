@@ -35,8 +35,12 @@ class _Lines:
 
     def __init__(self, stream: IO[str]) -> None:
         self.queue: queue.Queue[str] = queue.Queue()
-        self._thread = threading.Thread(target=lambda: [self.queue.put(line) for line in stream], daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.queue.put(line)
 
     def join(self) -> None:
         self._thread.join(timeout=10)

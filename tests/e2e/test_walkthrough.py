@@ -1,4 +1,5 @@
-"""The README's walkthrough and docs/api.md's curl examples, run as written and in order on a fresh `nodus dev`.
+"""The README's walkthrough and docs/api.md's curl examples, run as written and in order on a fresh `nodus dev`
+(ADR 0039).
 
 The commands are read from the documents (``tests/support/walkthrough.py``), so a document cannot drift from
 what is tested: a command that fails, prints a failed Status or never shows what the document promises fails

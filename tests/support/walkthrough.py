@@ -1,4 +1,4 @@
-"""Running documented shell commands as a reader would: as written, in order, on a fresh ``nodus dev``.
+"""Running documented shell commands as a reader would: as written, in order, on a fresh ``nodus dev`` (ADR 0039).
 
 The commands come from the ```` ```sh ```` blocks of a document's section, so what the tests run is what the
 document says. Each runs in its own ``bash -c`` from a workspace laid out like the checkout (``docs`` and

@@ -532,7 +532,7 @@ async def _attempt_of(
         )
     if not candidates or (number is not None and number > max(candidates)):
         # The attempt may still come: say so the way Kubernetes says "try again" (StatusDetails), which
-        # `nodus logs -f` waits on. A finished or deleted Job, or a gang rank it does not have, never gets one.
+        # `nodus logs -f` waits on (ADR 0039). A finished or deleted Job, or a gang rank it lacks, never gets one.
         ranks = int((spec.get("distributed") or {}).get("nodes") or 1)
         if rank < ranks and not _finished_job(job):
             details["retryAfterSeconds"] = RETRY_SECONDS

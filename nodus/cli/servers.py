@@ -186,7 +186,11 @@ def dev(args: argparse.Namespace) -> None:
         _run(_serve_announced(server, listener, server_url, config, controllers))
     finally:
         if embedded is not None:
-            embedded.stop()
+            log.info("stopping the embedded database under %s ...", embedded.data_dir)
+            if embedded.stop():
+                log.info("embedded database stopped")
+            else:
+                log.info("embedded database left running: another process still uses it")
 
 
 async def _serve_announced(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
+import stat
 import subprocess
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -107,12 +111,36 @@ host    replication  all   ::1/128       scram-sha-256
 PASSWORD_FILE = "nodus-password"
 
 
+# A unix socket's path holds at most 107 bytes (sun_path is 108 with its NUL).
+_SOCKET_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in this process's environment while the block runs."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
 class EmbeddedPostgres:
     """A PostgreSQL server kept under a data directory (the ``pgserver`` wheel); stopped on ``stop()``.
 
     pgserver initialises it with trust authentication; :meth:`start` replaces that, before returning
     the URL, with a password of its own: random, kept in ``<data dir>/nodus-password`` (0600), required
     of every local and host connection (``scram-sha-256`` in ``pg_hba.conf``). The URL carries it.
+
+    pgserver keeps a lock file in a runtime directory (platformdirs' ``XDG_RUNTIME_DIR``, which it warns
+    about when unset, as on servers and in containers), and puts the socket there when the data
+    directory's path is too long for one. Unless ``XDG_RUNTIME_DIR`` is set, that directory is
+    ``<data dir>-run`` beside the data directory (``nodus dev``: ``.nodus/postgres-run``), or, for a data
+    directory too deep for a socket, a private directory of this user under the system's temporary one.
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -120,9 +148,12 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> str:
-        import pgserver  # imported lazily: only ``nodus dev`` and tests without a server need it
-
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        runtime = os.environ.get("XDG_RUNTIME_DIR") or str(self._runtime_dir())
+        # pgserver reads it once, when first imported: set for that moment only, so that the processes this one
+        # starts (agents, the programs of Jobs) get the environment as it was.
+        with _environment("XDG_RUNTIME_DIR", runtime):
+            import pgserver  # imported lazily: only ``nodus dev`` and tests without a server need it
         self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
         plain: str = self._server.get_uri()
         password = self._password()
@@ -174,7 +205,29 @@ class EmbeddedPostgres:
                 f"(if {PASSWORD_FILE} was lost, restore it, or set trust in pg_hba.conf once and restart)"
             ) from None
 
-    def stop(self) -> None:
+    def _runtime_dir(self) -> Path:
+        """``<data dir>-run``; when the socket cannot live in the data directory, a short one in the temporary
+        directory. Either is made this user's alone (0700), as platformdirs requires of ``XDG_RUNTIME_DIR``."""
+        if len(os.fsencode(self.data_dir.resolve() / ".s.PGSQL.5432")) <= _SOCKET_PATH_MAX:
+            directory = self.data_dir.with_name(f"{self.data_dir.name}-run")
+        else:
+            directory = Path(tempfile.gettempdir()) / f"nodus-pg-{os.getuid()}"
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+        info = directory.lstat()  # in a shared directory: never a link, never another user's
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise RuntimeError(
+                f"{directory} (the embedded PostgreSQL's runtime directory) is not a directory of this user: "
+                "remove it, choose another --data-dir, or set XDG_RUNTIME_DIR"
+            )
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            # pgserver, run as root, opens the socket's directory to its own user: private again for this start.
+            directory.chmod(0o700)
+        return directory
+
+    def stop(self) -> bool:
+        """Stop the server unless another process still uses it (pgserver counts them); True when it is down."""
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+        return not (self.data_dir / "postmaster.pid").exists()

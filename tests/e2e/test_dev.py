@@ -131,3 +131,32 @@ def test_dev_with_the_embedded_database(tmp_path: Path, kubectl_binary: Path) ->
         assert leftovers.stdout.strip() == "", "the embedded PostgreSQL must stop with nodus dev"
     finally:
         subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def test_dev_says_the_embedded_database_stopped_and_warns_of_nothing(tmp_path: Path) -> None:
+    """Issue 16: every start printed pgserver's RuntimeDirWarning (no XDG_RUNTIME_DIR, as on servers and in
+    containers), and Ctrl-C said nothing about the database stopping."""
+    data_dir = Path(f"/tmp/nodus-dev-{os.getpid()}-quiet")  # short: PostgreSQL's socket path is limited
+    env = {k: v for k, v in os.environ.items() if k not in ("NODUS_DATABASE_URL", "XDG_RUNTIME_DIR")}
+    args = [sys.executable, "-m", "nodus.cli.main", "dev", "--data-dir", str(data_dir), "--port", str(free_port())]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        output = []
+        for line in process.stdout:
+            output.append(line)
+            if "export KUBECONFIG=" in line or len(output) > 200:
+                break
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = process.communicate(timeout=60)
+        output.append(rest)
+        text = "".join(output)
+        assert process.returncode == 0, text
+        assert "XDG_RUNTIME_DIR" not in text and "Warning:" not in text, text
+        stopping = text.index(f"stopping the embedded database under {data_dir / 'postgres'} ...")
+        assert text.index("embedded database stopped") > stopping, text
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -7,7 +7,10 @@ socket path is limited to 108 bytes.
 from __future__ import annotations
 
 import asyncio
+import os
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,3 +62,40 @@ def test_the_url_carries_a_password_that_the_socket_requires(embedded: tuple[Emb
 def test_a_restart_keeps_the_password(embedded: tuple[EmbeddedPostgres, str]) -> None:
     server, url = embedded
     assert EmbeddedPostgres(server.data_dir).start() == url
+
+
+_START_AND_STOP = """
+import sys
+from pathlib import Path
+from nodus.storage.database import EmbeddedPostgres
+server = EmbeddedPostgres(Path(sys.argv[1]))
+server.start()
+server.stop()
+"""
+
+
+@pytest.mark.parametrize("depth", [pytest.param(0, id="short-path"), pytest.param(90, id="too-long-for-a-socket")])
+def test_no_runtime_dir_warning_without_xdg_runtime_dir(depth: int) -> None:
+    """Issue 16: every ``nodus dev`` start printed pgserver's RuntimeDirWarning (XDG_RUNTIME_DIR is not set, as
+    on servers and in containers). Its runtime directory is now beside the data directory, or, when the data
+    directory is too deep for PostgreSQL's socket (which then lives in the runtime directory), a short one of
+    this user's; private either way, at the first start and the next."""
+    with tempfile.TemporaryDirectory(prefix="nodus-pg-", dir="/tmp") as directory:
+        data_dir = Path(directory) / ("d" * depth) / "pg"
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+        for start in ("first", "again"):
+            started = subprocess.run(
+                [sys.executable, "-W", "error", "-c", _START_AND_STOP, str(data_dir)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert started.returncode == 0, f"{start}: {started.stderr}"
+            assert "XDG_RUNTIME_DIR" not in started.stderr
+        runtime = (
+            data_dir.with_name("pg-run") if depth == 0 else Path(tempfile.gettempdir()) / f"nodus-pg-{os.getuid()}"
+        )
+        assert (runtime / "python_PostgresServer" / ".lockfile").exists()
+        assert runtime.lstat().st_uid == os.getuid()

@@ -126,3 +126,53 @@ def test_charges_are_rate_times_seconds_to_the_micro_dollar() -> None:
     )
     assert owed is not None
     assert owed.amounts() == {"Boot": Decimal("0.01"), "Running": Decimal("0.045"), "Teardown": Decimal("0.005")}
+
+
+@pytest.mark.parametrize(
+    ("obj", "charged", "held", "now", "expected"),
+    [
+        pytest.param(
+            attempt("Running", scheduledTime="2026-11-29T11:50:00Z", provisioningTime="2026-11-29T11:59:00Z"),
+            "0.005",
+            "0.6",
+            NOW,
+            "2026-11-29T12:09:05Z",
+            id="from-the-billing-start",
+        ),
+        pytest.param(
+            attempt("Running", scheduledTime="2026-11-29T11:50:00Z", provisioningTime="2026-11-29T11:59:00Z"),
+            "0.005",
+            "0.6",
+            datetime(2026, 11, 29, 12, 3, 30, tzinfo=UTC),
+            "2026-11-29T12:09:05Z",
+            id="the-clock-does-not-move-it",
+        ),
+        pytest.param(
+            attempt("Provisioning", node=None, scheduledTime="2026-11-29T11:50:00Z"),
+            "0",
+            "0.6",
+            NOW,
+            "2026-11-29T12:10:00Z",
+            id="without-capacity-from-now",
+        ),
+        pytest.param(
+            {
+                **attempt("Provisioning", node=None, scheduledTime="2026-11-29T11:50:00Z"),
+                "status": {
+                    "cost": {"fundedUntilTime": "2026-11-29T11:58:00Z"},
+                    "scheduledTime": "2026-11-29T11:50:00Z",
+                },
+            },
+            "0",
+            "0.6",
+            NOW,
+            "2026-11-29T11:58:00Z",
+            id="without-capacity-kept-as-first-shown",
+        ),
+    ],
+)
+def test_the_funded_edge_moves_with_the_ledger_not_the_clock(
+    obj: dict[str, Any], charged: str, held: str, now: datetime, expected: str
+) -> None:
+    """3.6 USD/h is 0.001 USD/s: 0.605 USD charged and held fund 605 s from the billing start."""
+    assert billing.funded_until(obj, Decimal("3.6"), Decimal(charged), Decimal(held), now) == expected

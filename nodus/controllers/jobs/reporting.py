@@ -11,7 +11,8 @@ reconcile, so it is always what the attempts say (level-triggered) and never nee
   input declared without one, which then pins it for every later attempt.
 * ``source.commit``: the commit the first attempt resolved; later attempts check it out by sha.
 * ``progress`` and ``unitMetrics``: the newest attempt that reported any; the cost per unit is the
-  attempt's frozen rate times its running time, divided by its units.
+  attempt's frozen rate times its running time, divided by its units, computed when the count of units
+  moves (and at the end), not on every reconcile.
 * ``volumes``: read-only mounts' pinned revisions, and the revisions writable mounts wrote.
 * ``cost``: the sum of the attempts' ``status.cost`` (each a display copy of the ledger written by
   the billing controller): totals and segments add up, the rate is that of capacity still billing,
@@ -126,7 +127,16 @@ def _progress(status: Object, attempts: list[Object], now: datetime) -> None:
     attempt_status = newest.get("status") or {}
     status["progress"] = attempt_status["progress"]
     metrics = dict(attempt_status.get("unitMetrics") or {})
-    cost = _cost_per_unit(attempt_status, int(metrics.get("completed") or 0), now)
+    shown = status.get("unitMetrics") or {}
+    if (
+        not attempt_status.get("finishTime")
+        and shown.get("costPerUnitUSD")
+        and shown.get("completed") == metrics.get("completed")
+    ):
+        # No unit done since it was computed: kept, or every reconcile would write a new figure as the clock moves.
+        cost: str | None = str(shown["costPerUnitUSD"])
+    else:
+        cost = _cost_per_unit(attempt_status, int(metrics.get("completed") or 0), now)
     if cost is not None:
         metrics["costPerUnitUSD"] = cost
     if metrics:

@@ -513,7 +513,9 @@ class AttemptRun:
             await self._report(phase="Succeeded", reason="Completed", message="Exit code 0.", **base, **extra)
             return
         if self.lost_reason == "Preempted":
-            message = "The host was reclaimed (interruptible capacity); the program was stopped before it went away."
+            interruptible = ((self.attempt.get("status") or {}).get("placement") or {}).get("interruptible")
+            capacity = "interruptible capacity" if interruptible else "on-demand capacity"
+            message = f"The provider reclaimed the host ({capacity}); the program was stopped before it went away."
             await self._report(phase="Lost", reason="Preempted", message=message, **base)
         elif self.lost_reason is not None:
             message = "The host went away; the program was stopped before it did."

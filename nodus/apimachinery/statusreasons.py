@@ -87,6 +87,16 @@ _add(
     "suspended does not count toward spec.timeout.",
 )
 _add(
+    "Suspending",
+    "The Job is being suspended: its running attempts take a checkpoint (a Checkpointed Job) and stop.",
+    "Nothing: the Job reads Suspended once nothing runs, by the time status.message names at the latest. To run on "
+    'instead, set spec.state to Running: kubectl patch nj <name> --type merge -p \'{"spec":{"state":"Running"}}\'.',
+    "A suspend asks every running attempt to stop; a Checkpointed Job's take a checkpoint first, until 10 minutes "
+    "after the suspend (spec.stop.deadline of the Attempt): a checkpoint not committed by then is given up and the "
+    "attempt stops without it, so resuming restores the checkpoint before. A checkpoint that fails three times "
+    "leaves the Job running (SuspendFailed). Other attempts get SIGTERM, then SIGKILL 30 s later.",
+)
+_add(
     "Completed",
     "Every index succeeded.",
     "Nothing to fix.",
@@ -119,9 +129,12 @@ _add(
 )
 _add(
     "Preempted",
-    "The cloud reclaimed interruptible capacity.",
-    "Nothing: a replacement starts; use spec.placement.interruptible: Never to avoid reclaimable capacity.",
-    "The provider gave notice; the agent stopped the attempt before the host went away.",
+    "The provider reclaimed the host the attempt ran on.",
+    "Nothing: a replacement starts and restores the last checkpoint. Interruptible capacity is reclaimed most often; "
+    "spec.placement.interruptible: Never avoids it.",
+    "The provider gave notice (interruptible capacity being reclaimed, or an on-demand host taken back, which "
+    "nodus sim preempt simulates); the agent took a checkpoint and stopped the attempt before the host went away. "
+    "The message says which kind of capacity it was.",
 )
 _add(
     "BootFailed",

@@ -11,8 +11,9 @@ killing the session kills the host and everything it runs, as losing a machine d
 
 Faults are injected the way a cloud inflicts them: ``kill`` (the host vanishes without notice: the
 session gets SIGKILL), ``fail_boot`` (a host still booting never comes up) and preemption (the Node
-is marked ``Terminating`` with reason ``Preempted`` and a deadline; the agent stops its attempts
-before it, and the host is killed at it).
+is marked ``Terminating`` with reason ``Preempted``, a message saying whether interruptible capacity
+was reclaimed or an on-demand host taken back, and a deadline; the agent stops its attempts before it,
+and the host is killed at it).
 """
 
 from __future__ import annotations

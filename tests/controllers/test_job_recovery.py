@@ -94,6 +94,38 @@ def test_a_suspend_checkpoints_before_it_stops() -> None:
     assert decided.status["phase"] == "Suspending"
 
 
+def test_a_suspending_job_says_what_it_waits_for_and_until_when() -> None:
+    """Reason Suspending while attempts run, naming the checkpoint's deadline (10 minutes); Suspended once none
+    does. The deadline asked of the stop is the one the message names, and it stays what the stop says."""
+    job = make_job("Running", state="Suspended")
+    running = make_attempt(0, 1, "Running", startTime=at(100))
+    decided = planning.plan(job, [running], NOW)
+    deadline = units.format_time(NOW + timedelta(minutes=10))
+    assert decided.stop_deadline == deadline
+    assert decided.status["reason"] == "Suspending"
+    message = decided.status["message"]
+    assert "waiting for 1 running attempt to take a checkpoint and stop" in message, message
+    assert f"by {deadline} at the latest" in message and "given up" in message, message
+    assert decided.status["fix"]
+
+    running["spec"]["stop"] = {"reason": "Suspended", "checkpoint": True, "deadline": deadline}
+    later = planning.plan(job, [running], NOW + timedelta(seconds=40))
+    assert later.status["reason"] == "Suspending" and f"by {deadline}" in later.status["message"]
+
+    stopped = make_attempt(0, 1, "Stopped", startTime=at(100), finishTime=at(1))
+    done = planning.plan(job, [stopped], NOW)
+    assert done.status["phase"] == "Suspended" and done.status["reason"] == "Suspended"
+
+
+def test_an_ephemeral_suspend_names_the_kill() -> None:
+    job = make_job("Running", state="Suspended", recovery={"continuity": "Ephemeral"})
+    running = make_attempt(0, 1, "Running", startTime=at(100))
+    running["spec"]["stop"] = {"reason": "Suspended", "gracePeriodSeconds": 30, "requestedTime": at(10)}
+    decided = planning.plan(job, [running], NOW)
+    assert decided.status["reason"] == "Suspending"
+    assert f"waiting for 1 running attempt to stop, by {at(-20)} at the latest." in decided.status["message"]
+
+
 def test_an_ephemeral_suspend_stops_without_a_checkpoint() -> None:
     job = make_job("Running", state="Suspended", recovery={"continuity": "Ephemeral"})
     decided = planning.plan(job, [make_attempt(0, 1, "Running", startTime=at(100))], NOW)

@@ -62,8 +62,10 @@ class Plan:
     status: Object
     create: list[Object] = field(default_factory=list)
     stop: list[tuple[Object, str]] = field(default_factory=list)
-    # The stops ask for a checkpoint first (a suspend or restart of a Checkpointed Job).
+    # The stops ask for a checkpoint first (a suspend or restart of a Checkpointed Job), until stop_deadline if
+    # one is given (a suspend's: then the attempt stops without it).
     checkpoint_first: bool = False
+    stop_deadline: str | None = None
     # Merge patches of live attempts' specs: a requested checkpoint, an edited interval, a suspend withdrawn.
     patch: list[tuple[Object, Object]] = field(default_factory=list)
     add_finalizer: bool = False
@@ -161,7 +163,9 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         result.wake_at(now, deadline)
 
     if state == "Suspended":
-        result.stop, result.checkpoint_first = suspending.suspend(status, spec, live, now)
+        suspension = suspending.suspend(status, spec, live, now)
+        result.stop, result.checkpoint_first = suspension.stops, suspension.checkpoint_first
+        result.stop_deadline = suspension.deadline
         return result
     result.patch += suspending.resume(status, live, now)
 

@@ -90,7 +90,12 @@ class JobReconciler:
         requested = units.format_time(units.now())
         for attempt, reason in decided.stop:
             await stop_attempt(
-                self._client, attempt, reason, checkpoint=decided.checkpoint_first, requested_time=requested
+                self._client,
+                attempt,
+                reason,
+                checkpoint=decided.checkpoint_first,
+                deadline=decided.stop_deadline,
+                requested_time=requested,
             )
         for attempt, spec_patch in decided.patch:
             with contextlib.suppress(errors.NotFound):

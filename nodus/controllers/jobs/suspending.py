@@ -1,13 +1,18 @@
 """Suspending and resuming a Job (``spec.state``): stops with a checkpoint first, and the suspended period.
 
-A suspend stops every live attempt; a Checkpointed Job's take a checkpoint first (``spec.stop.checkpoint``).
+A suspend stops every live attempt; a Checkpointed Job's take a checkpoint first (``spec.stop.checkpoint``),
+until :data:`SUSPEND_DEADLINE` after the suspend (``spec.stop.deadline``): a checkpoint still not committed
+then is given up and the attempt stops without it, so a suspend always releases the capacity (ADR 0037).
 A checkpoint that fails is tried :data:`SUSPEND_TRIES` times in all; then the attempt keeps running and the
-Job says ``SuspendFailed`` until ``spec.state`` leaves Suspended. Resuming withdraws a stop not carried out
-yet and adds the suspended period to ``status.suspendedDuration`` (the timeout clock excludes it).
+Job says ``SuspendFailed`` until ``spec.state`` leaves Suspended. While attempts still run the Job reads
+``Suspending``, naming what it waits for and when it ends at the latest; ``Suspended`` once nothing runs.
+Resuming withdraws a stop not carried out yet and adds the suspended period to ``status.suspendedDuration``
+(the timeout clock excludes it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,14 +24,30 @@ Stop = tuple[Object, str]
 
 # A suspend's checkpoint is tried this many times (the first try and two retries) before the Job keeps running.
 SUSPEND_TRIES = 3
+# How long a suspend waits for its checkpoints: then an attempt stops without one (it restores the one before).
+SUSPEND_DEADLINE = timedelta(minutes=10)
+# SIGTERM, then SIGKILL this much later (nodus.controllers.jobs.reconciling.stop_attempt's default).
+STOP_GRACE = timedelta(seconds=30)
 
 
-def suspend(status: Object, spec: Object, live: list[Object], now: datetime) -> tuple[list[Stop], bool]:
-    """Stop every live attempt, a Checkpointed Job's with a checkpoint first: (the stops, checkpoint first). A
-    checkpoint that fails is retried twice; then the attempt keeps running and the Job says ``SuspendFailed``
-    (``suspendFailures``)."""
+@dataclass(frozen=True)
+class Suspension:
+    """What a suspend asks of the live attempts: stop (for ``Suspended``), a checkpoint first or not, and the
+    deadline of that checkpoint (``spec.stop.deadline`` of each new stop)."""
+
+    stops: list[Stop]
+    checkpoint_first: bool
+    deadline: str | None
+
+
+def suspend(status: Object, spec: Object, live: list[Object], now: datetime) -> Suspension:
+    """Stop every live attempt, a Checkpointed Job's with a checkpoint first, by :data:`SUSPEND_DEADLINE` from
+    now for the stops asked now. A checkpoint that fails is retried twice; then the attempt keeps running and
+    the Job says ``SuspendFailed`` (``suspendFailures``)."""
     stops: list[Stop] = [(a, "Suspended") for a in live]
     checkpoint_first = recovering.continuity(spec) == "Checkpointed"
+    deadline = now + SUSPEND_DEADLINE if checkpoint_first else None
+    suspension = Suspension(stops, checkpoint_first, units.format_time(deadline) if deadline else None)
     failures = max((_stop_failures(a) for a in live), default=0)
     if suspended_since(status) is None:
         conditions.set(status, "Suspended", "True", "Suspended", "spec.state is Suspended.", now)
@@ -39,10 +60,53 @@ def suspend(status: Object, spec: Object, live: list[Object], now: datetime) -> 
         )
         conditions.set(status, "SuspendFailed", "True", "SuspendFailed", message, now)
         conditions.explain(status, "SuspendFailed", message)
-        return stops, checkpoint_first
-    status["phase"] = "Suspending" if live else "Suspended"
-    conditions.explain(status, "Suspended", "The Job is suspended; set spec.state to Running to resume.")
-    return stops, checkpoint_first
+        return suspension
+    if live:
+        status["phase"] = "Suspending"
+        conditions.explain(status, "Suspending", _suspending_message(live, checkpoint_first, deadline, now))
+    else:
+        status["phase"] = "Suspended"
+        conditions.explain(status, "Suspended", "The Job is suspended; set spec.state to Running to resume.")
+    return suspension
+
+
+def _suspending_message(live: list[Object], checkpoint_first: bool, deadline: datetime | None, now: datetime) -> str:
+    """What a suspend waits for, and the latest moment its attempts are gone (a deadline, or SIGKILL)."""
+    ends = [_stopped_by(a, checkpoint_first, deadline, now) for a in live]
+    checkpointing = sum(1 for a in live if _checkpoints(a, checkpoint_first))
+    count = f"{len(live)} running attempt{'s' if len(live) != 1 else ''}"
+    if checkpointing:
+        waits = f"waiting for {count} to take {'a checkpoint' if len(live) == 1 else 'their checkpoints'} and stop"
+    else:
+        waits = f"waiting for {count} to stop"
+    known = [end for end in ends if end is not None]
+    if known and len(known) == len(ends):
+        by = units.format_time(max(known))
+        after = "; a checkpoint not committed by then is given up" if checkpointing else ""
+        waits += f", by {by} at the latest{after}"
+    return f"The Job is suspending: {waits}. It reads Suspended once nothing runs."
+
+
+def _checkpoints(attempt: Object, checkpoint_first: bool) -> bool:
+    stop = (attempt.get("spec") or {}).get("stop")
+    if stop:
+        return bool(stop.get("checkpoint"))
+    return checkpoint_first and (attempt.get("status") or {}).get("phase") == "Running"
+
+
+def _stopped_by(attempt: Object, checkpoint_first: bool, deadline: datetime | None, now: datetime) -> datetime | None:
+    """When ``attempt`` is gone at the latest: its stop's deadline with a checkpoint (None: an older stop without
+    one), else the stop's SIGKILL; an attempt not asked yet is asked now, as :func:`suspend` asks it."""
+    spec = attempt.get("spec") or {}
+    stop = spec.get("stop")
+    if stop:
+        if stop.get("checkpoint"):
+            return units.time_or_none(stop.get("deadline"))
+        requested = units.time_or_none(stop.get("requestedTime")) or now
+        return requested + timedelta(seconds=int(stop.get("gracePeriodSeconds") or STOP_GRACE.total_seconds()))
+    if _checkpoints(attempt, checkpoint_first):
+        return deadline
+    return now + STOP_GRACE if spec.get("node") else now
 
 
 def _stop_failures(attempt: Object) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
@@ -154,8 +154,17 @@ class Hosts:
             "spec": {"unschedulable": True},
         }
         node = await self._client.patch("nodes", name, patch)
-        message = f"Interruptible capacity reclaimed; the host goes away at {units.format_time(at)}."
-        return await self._set_status(node, "Terminating", "Preempted", message)
+        return await self._set_status(node, "Terminating", "Preempted", self._preempted_message(node, at))
+
+    def _preempted_message(self, node: Object, at: datetime) -> str:
+        """Says what was reclaimed as it was sold: interruptible capacity, or an on-demand host (which a real
+        provider takes back only for maintenance; here, ``nodus sim preempt``)."""
+        offering = self._offerings.get(None, str((node.get("spec") or {}).get("offering") or ""))
+        if offering is not None and (offering.get("spec") or {}).get("interruptible"):
+            capacity = "interruptible capacity"
+        else:
+            capacity = "on-demand capacity, taken back as nodus sim preempt simulates"
+        return f"The provider reclaimed the host ({capacity}); it goes away at {units.format_time(at)}."
 
     async def _set_status(self, node: Object, phase: str, reason: str, message: str) -> Object:
         """A merge patch of the phase, without a precondition: the agent's heartbeats write the same status every

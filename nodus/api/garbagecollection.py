@@ -22,8 +22,8 @@ What a pass does:
 - Orphan: an owner with the ``orphan`` finalizer has its references removed from its dependents,
   then the finalizer lifted.
 - Project: a project being deleted has everything it holds deleted, then its blobs (every one: a
-  project created later under the same name must not read them by digest), then its
-  ``nodus.dev/project-contents`` finalizer lifted.
+  project created later under the same name must not read them by digest), then its credit closed
+  (nor may that project spend it, ADR 0037), then its ``nodus.dev/project-contents`` finalizer lifted.
 
 Every change goes through the generic store, as a write by ``system:nodus-garbage-collector``.
 """
@@ -63,10 +63,13 @@ class GarbageCollector:
         stores: dict[str, GenericStore],
         resync: float = 5.0,
         purge_blobs: Callable[[str], Awaitable[int]] | None = None,
+        close_credit: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
-        """``purge_blobs(project)`` deletes a deleted project's blobs (None: the server stores none)."""
+        """``purge_blobs(project)`` deletes a deleted project's blobs (None: the server stores none);
+        ``close_credit(project, uid)`` closes its credit in the ledger (ADR 0037)."""
         self._stores = {store.info.kind: store for store in stores.values()}
         self._purge_blobs = purge_blobs
+        self._close_credit = close_credit
         any_store = next(iter(stores.values()))
         self._storage = any_store.storage
         self._resync = resync
@@ -159,6 +162,8 @@ class GarbageCollector:
                     purged = await self._purge_blobs(metadata["name"])
                     if purged:
                         log.info("project %s: deleted its %d blobs", metadata["name"], purged)
+                if self._close_credit is not None:
+                    await self._close_credit(metadata["name"], metadata["uid"])
                 await self._lift(obj, PROJECT_FINALIZER)
 
     async def _orphaned(self, obj: Object, missing: set[str]) -> None:

@@ -19,6 +19,7 @@ from nodus.api.kinds import catalog, destinationrules, secret
 from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
+from nodus.api.projectdeletion import ProjectDeletion
 from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
 from nodus.api.store import GenericStore
@@ -68,7 +69,15 @@ class APIServer:
         self.metrics = Metrics()
         # Project membership as running watches re-check it (nodus.api.http.watchaccess), read once a second.
         self.membership = Membership(self.storage)
-        self.garbage_collector = GarbageCollector(self.stores, resync=settings.gc_resync, purge_blobs=self._purge_blobs)
+        # A project the server creates at start may not be deleted; a deleted one's credit is closed (ADR 0037).
+        self.project_deletion = ProjectDeletion(self.storage, settings.bootstrap_projects)
+        self.stores["projects"].deletion = self.project_deletion.check
+        self.garbage_collector = GarbageCollector(
+            self.stores,
+            resync=settings.gc_resync,
+            purge_blobs=self._purge_blobs,
+            close_credit=self.project_deletion.close,
+        )
         # Read before serving, so that a bad price book stops the server before it starts.
         self.price_book = offerings.load(settings.price_book)
         # Opened here, so that a bad --blob-store stops the server before it starts.

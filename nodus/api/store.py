@@ -4,7 +4,8 @@ create: system metadata, generateName, prepare, validate, admit (the project; th
 such as the Job's estimate), field ownership, store.
 update: read, precondition, carry system metadata, prepare, generation, validate, ownership, store.
 patch: read, apply the patch to the current object, then update; retried on a concurrent write.
-delete: preconditions, propagation finalizers, then either mark (deletionTimestamp) or remove.
+delete: preconditions, the kind's deletion check (a project that may not go), propagation finalizers,
+then either mark (deletionTimestamp) or remove.
 
 A kind contributes only its :class:`~nodus.api.strategy.Strategy`. Events are emitted by storage
 in the same transaction as the write, so there is no separate emit step that could be lost.
@@ -36,6 +37,9 @@ PatchFunction = Callable[[Object], Object]
 # A step of create after validation that needs more than the object (storage, the ledger): the Job's
 # estimate. It may change the object (its status) and refuse the create by raising an APIError.
 Admission = Callable[[Object, RequestContext], Awaitable[None]]
+# A step of delete before anything is written, given the stored object: it may refuse the delete by raising an
+# APIError (a project the server keeps) or add warnings (what goes with the object).
+Deletion = Callable[[Object, RequestContext], Awaitable[None]]
 
 FOREGROUND = "foregroundDeletion"
 NODUS_PREFIX = "nodus.dev/"
@@ -54,6 +58,7 @@ class GenericStore:
         self.info = info
         self.strategy = info.strategy
         self.admission: Admission | None = None
+        self.deletion: Deletion | None = None
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -316,6 +321,8 @@ class GenericStore:
         for _ in range(_PATCH_RETRIES):
             old = await self.get(namespace, name)
             _check_preconditions(old, options.get("preconditions") or {}, self._conflict(name))
+            if self.deletion is not None:
+                await self.deletion(old, ctx)
             new = copy.deepcopy(old)
             metadata = new["metadata"]
             finalizers: list[str] = list(metadata.get("finalizers") or [])

@@ -6,7 +6,8 @@ Accounts (``owner/name``):
   capacity that is billing; never below zero);
 * Nodus's own (owner ``nodus``): ``grants`` (where granted credit comes from: its balance is minus
   everything ever granted), ``revenue`` (what was charged), ``covered`` (time Nodus paid for instead
-  of charging: a fault of Nodus) and ``capacity`` (the other side of covered time).
+  of charging: a fault of Nodus), ``capacity`` (the other side of covered time) and ``closed`` (the
+  credit deleted projects held when they went, ADR 0037).
 
 | movement | entries | hold |
 |---|---|---|
@@ -17,6 +18,7 @@ Accounts (``owner/name``):
 | refund *r* | nodus/revenue -r, project/available +r | (a charge later found to be Nodus's fault) |
 | charge *c* | project/available -c, nodus/revenue +c | (post-paid, no hold: storage by the hour, ADR 0023) |
 | release | project/held -rest, project/available +rest | settled, once |
+| close *a* | project/available -a, nodus/closed +a | (the project was deleted: every hold released first) |
 
 Each function makes one posting under an idempotency ``key`` the caller chooses so that a retry
 of the same intent is the same key (``grant:<request id>``, ``hold:<attempt uid>``,
@@ -27,6 +29,7 @@ at micro-dollar precision (``money.charge`` rounds a charge once).
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 
 from nodus.billing import money
@@ -41,6 +44,7 @@ GRANTS = "grants"
 REVENUE = "revenue"
 COVERED = "covered"
 CAPACITY = "capacity"
+CLOSED = "closed"
 
 
 def _positive(amount: Decimal, what: str) -> Decimal:
@@ -159,3 +163,22 @@ async def credits(storage: Storage, project: str) -> dict[str, Decimal]:
     accounts = await ledger.balances(storage, project)
     available, held = accounts.get(AVAILABLE, money.ZERO), accounts.get(HELD, money.ZERO)
     return {"available": available, "held": held, "balance": available + held}
+
+
+async def close(storage: Storage, project: str, project_uid: str) -> ledger.Closed:
+    """Close the credit of deleted project ``project`` (uid ``project_uid``), so that a project created later
+    under its name starts with none (ADR 0037): every hold still open is released (their attempts are gone with
+    the project: nothing will capture them), then all its available credit moves to ``nodus/closed``. Each step
+    is idempotent (a hold's release has the billing controller's key, the close ``close:<uid>``), so a pass cut
+    short is finished by the next."""
+    for open_hold in await ledger.open_holds(storage, project):
+        with contextlib.suppress(ledger.HoldSettled):  # settled meanwhile by the billing controller
+            await release(storage, project, open_hold.id, f"release:{open_hold.id}")
+    memo = f"project {project} (uid {project_uid}) was deleted; its credit was closed"
+    return await ledger.close(storage, f"close:{project_uid}", project, CLOSED, memo)
+
+
+async def granted_to_an_earlier_project(storage: Storage, project: str, posted: Posted) -> bool:
+    """Whether a grant found as a replay (``posted.replayed``) was made to an earlier project of this name,
+    closed since: its key is spent, and this project got nothing from it."""
+    return posted.replayed and await ledger.closed_after(storage, project, posted.transaction_id)

@@ -366,6 +366,62 @@ def _hold(row: Any) -> Hold:
     )
 
 
+@dataclass(frozen=True)
+class Closed:
+    """A project's available credit moved to a Nodus account by :func:`close`: how much (on a replay, 0)."""
+
+    transaction_id: int
+    replayed: bool
+    amount: Decimal
+
+
+async def close(storage: Storage, key: str, project: str, account: str, memo: str = "") -> Closed:
+    """Move everything in ``project``'s available credit to Nodus's ``account``, once (ADR 0037).
+
+    The balance is read under the account's row lock in the same transaction, so a posting racing the close is
+    either before it (and closed with the rest) or after it (and refused if it takes from the account). The
+    posting is made even when the balance is zero: it marks where the project ended (:func:`closed_after`).
+    A replay of ``key`` changes nothing, whatever the balance is by then."""
+    async with _connection(storage) as conn, conn.transaction():
+        replay = await conn.fetchval("SELECT id FROM ledger_transactions WHERE key = $1", key)
+        if replay is not None:
+            return Closed(int(replay), True, Decimal(0))
+        balance = await conn.fetchval(
+            "SELECT balance FROM ledger_accounts WHERE owner = $1 AND name = 'available' FOR NO KEY UPDATE", project
+        )
+        rest = Decimal(balance or 0)
+        posting = Posting(
+            key=key,
+            kind="Close",
+            project=project,
+            memo=memo,
+            entries=(Entry(project, "available", -rest), Entry(NODUS, account, rest)),
+            non_negative=frozenset({(project, "available")}),
+        )
+        fingerprint = hashlib.sha256(f"Close|{project}|{key}".encode()).hexdigest()
+        return Closed(await _apply(conn, posting, fingerprint), False, rest)
+
+
+async def closed_after(storage: Storage, project: str, transaction_id: int) -> bool:
+    """Whether a project named ``project`` was closed (deleted) after transaction ``transaction_id``."""
+    async with _connection(storage) as conn:
+        found = await conn.fetchval(
+            "SELECT 1 FROM ledger_transactions WHERE project = $1 AND kind = 'Close' AND id > $2 LIMIT 1",
+            project,
+            transaction_id,
+        )
+    return found is not None
+
+
+async def open_holds(storage: Storage, project: str) -> list[Hold]:
+    """The holds of ``project`` not settled yet, oldest first."""
+    async with _connection(storage) as conn:
+        rows = await conn.fetch(
+            "SELECT * FROM holds WHERE project = $1 AND settled_at IS NULL ORDER BY created_at, id", project
+        )
+    return [_hold(r) for r in rows]
+
+
 async def balances(storage: Storage, owner: str) -> dict[str, Decimal]:
     """Every account of ``owner`` and its balance."""
     async with _connection(storage) as conn:

@@ -112,3 +112,35 @@ def test_a_charge_is_rate_times_seconds_rounded_once(rate: str, seconds: str, ex
 def test_amounts_are_checked(text: object, problem: str) -> None:
     with pytest.raises(money.InvalidAmount, match=problem):
         money.parse(text)
+
+
+async def test_closing_a_deleted_project_releases_its_holds_and_takes_its_credit_once(storage: Storage) -> None:
+    """ADR 0037: a project created again under a deleted one's name starts with nothing of it."""
+    name, uid = project(), uuid.uuid4().hex
+    granted = await ledger.grant(storage, name, usd("40"), f"grant:{name}:start")
+    await ledger.hold(storage, name, f"{name}-h", usd("7.5"), f"hold:{name}")
+    before = (await tables.balances(storage, tables.NODUS)).get(ledger.CLOSED, usd("0"))
+    closed = await ledger.close(storage, name, uid)
+    assert not closed.replayed and closed.amount == usd("40")
+    assert await ledger.credits(storage, name) == {"available": usd("0"), "held": usd("0"), "balance": usd("0")}
+    hold = await tables.hold(storage, f"{name}-h")
+    assert hold is not None and hold.settled and hold.released == usd("7.5")
+    assert (await tables.balances(storage, tables.NODUS))[ledger.CLOSED] == before + usd("40")
+    again = await ledger.close(storage, name, uid)
+    assert again.replayed and again.transaction_id == closed.transaction_id
+    # The earlier project's grant key is spent: found as a replay, and known to be the earlier project's.
+    replayed = await ledger.grant(storage, name, usd("40"), f"grant:{name}:start")
+    assert replayed.transaction_id == granted.transaction_id
+    assert await ledger.granted_to_an_earlier_project(storage, name, replayed)
+    fresh = await ledger.grant(storage, name, usd("5"), f"grant:{name}:new")
+    assert not await ledger.granted_to_an_earlier_project(storage, name, fresh)
+    assert (await ledger.credits(storage, name))["available"] == usd("5")
+    assert await tables.breaches(storage) == []
+
+
+async def test_closing_a_project_without_credit_still_marks_its_end(storage: Storage) -> None:
+    name = project()
+    closed = await ledger.close(storage, name, uuid.uuid4().hex)
+    assert not closed.replayed and closed.amount == 0
+    assert await tables.closed_after(storage, name, closed.transaction_id - 1)
+    assert await tables.breaches(storage) == []

@@ -11,6 +11,10 @@ grant: sent again, it grants nothing more; sent with another amount, it is refus
 key every POST is a new grant. After a grant the Project's ``status.credits`` (a display copy of
 the ledger, like every ``status.cost``) is brought up to date.
 
+A grant to a project being deleted is refused (403, cause ``ProjectTerminating``): its credit is closed once
+its contents are gone, and a project created again under its name starts with none (ADR 0037); a key that
+granted credit to such an earlier project is refused (409) rather than answered as granted.
+
 The answer to a POST says which happened: ``201 Created`` and ``"grant": {"key": ..., "amountUSD": ...,
 "replayed": false}`` for a new grant; ``200 OK`` and ``"replayed": true`` when the key had granted that
 amount before and nothing more was granted now.
@@ -33,6 +37,7 @@ from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id, respond
 from nodus.api.registry import GROUP
 from nodus.api.server import APIServer
+from nodus.apimachinery.causes import PROJECT_TERMINATING
 from nodus.billing import ledger, money
 from nodus.storage.errors import Key
 from nodus.storage.ledger import KeyReused
@@ -65,9 +70,11 @@ async def credits(request: Request) -> Response:
             )
     else:
         raise method_not_allowed(request.method.lower(), _RESOURCE)
-    if await server.storage.get(Key("Project", "", name)) is None:
+    project = await server.storage.get(Key("Project", "", name))
+    if project is None:
         raise not_found("projects", GROUP, name)
     if request.method == "POST":
+        _refuse_when_terminating(project)
         amount, key, memo = _grant_request(await request.body(), request.headers.get("idempotency-key"))
         try:
             posted = await ledger.grant(server.storage, name, amount, f"grant:{name}:{key}", memo)
@@ -78,11 +85,38 @@ async def credits(request: Request) -> Response:
                 fix="Use a new key for a new grant; send the same key and amount to retry a grant safely.",
                 details={"name": name, "group": GROUP, "kind": "projects"},
             ) from None
+        if await ledger.granted_to_an_earlier_project(server.storage, name, posted):
+            raise APIError(
+                "Conflict",
+                f'the grant key "{key}" granted credit to an earlier project named {name}, deleted since (its '
+                "credit was closed with it); nothing was granted to this one",
+                fix="Use a new key: grant keys are spent by every project of the name (ADR 0037).",
+                details={"name": name, "group": GROUP, "kind": "projects"},
+            )
         ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
         figures = await shown.show(server.stores["projects"], server.storage, name, ctx)
         granted = {"key": key, "amountUSD": money.text(amount), "replayed": posted.replayed}
         return respond({**shown.body(name, figures), "grant": granted}, status=200 if posted.replayed else 201)
     return respond(shown.body(name, await ledger.credits(server.storage, name)))
+
+
+def _refuse_when_terminating(project: dict[str, Any]) -> None:
+    """No grant lands on a project being deleted: its credit is closed once its contents are gone (ADR 0037)."""
+    if not project["metadata"].get("deletionTimestamp"):
+        return
+    name = str(project["metadata"]["name"])
+    message = f"unable to grant credit to project {name} because it is being deleted"
+    raise APIError(
+        "Forbidden",
+        message,
+        fix="Wait until the project is gone and grant credit to the project created again (it starts with none).",
+        details={
+            "name": name,
+            "group": GROUP,
+            "kind": "projects",
+            "causes": [{"reason": PROJECT_TERMINATING, "message": message, "field": "metadata.name"}],
+        },
+    )
 
 
 def _grant_request(raw: bytes, header_key: str | None) -> tuple[Any, str, str]:

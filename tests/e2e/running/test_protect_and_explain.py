@@ -176,8 +176,9 @@ def test_watching_a_running_job_shows_a_row_per_change_not_per_look(running: Run
     docs/running-jobs.md): the lifecycle writes (admitted, finalizer, Provisioning, first hold, Running,
     checkpoint interval, boot charged, Succeeded), one per extension of the hold (one funded window apart, plus
     the first), and two for races. Before, the funded edge was recomputed from the clock on every look of the
-    billing controller (every 2 s here, 30 s by default) and rewrote the Attempt and the Job each time: 24
-    events for this Job. 30 s: the one test of what a watch shows of a Job that runs."""
+    billing controller (every 2 s here, 30 s by default) and rewrote the Attempt and the Job each time: 23 or
+    24 events for this Job, 11 now. About 20 s, in the default tier: the one test of what a watch shows of a Job
+    that runs, and the noise only shows over a run of some length."""
     project = running.project()
     path = f"{API}/namespaces/{project}/jobs"
 

@@ -194,10 +194,11 @@ class Agent:
     def _revoked(self, why: str) -> None:
         self.leave(why, 0)
 
-    def leave(self, why: str, grace: float, *, reason: str = "NodeLost") -> None:
-        """Stop every run within ``grace`` and exit once they have reported."""
+    def leave(self, why: str, grace: float, *, reason: str = "NodeLost", expected: bool = False) -> None:
+        """Stop every run within ``grace`` and exit once they have reported. ``expected``: an ordinary end (the
+        host scaled down, the agent told to stop), logged at INFO rather than as a warning."""
         if self._leaving is None:
-            log.warning("leaving: %s", why)
+            log.log(logging.INFO if expected else logging.WARNING, "leaving: %s", why)
             self._leaving = why
         for run in self.runs.values():
             run.request_stop("HostGone", grace, lost_reason=reason)
@@ -261,7 +262,12 @@ class Agent:
             if deadline_text:
                 grace = max((units.parse_time(deadline_text) - units.now()).total_seconds() - 1.0, 0.0)
             reason = "Preempted" if status.get("reason") == "Preempted" else "NodeLost"
-            self.leave(f"the node is terminating ({status.get('reason')})", grace, reason=reason)
+            self.leave(
+                f"the node is terminating ({status.get('reason')})",
+                grace,
+                reason=reason,
+                expected=status.get("reason") == "ScaledDown",
+            )
 
 
 def _request_stop(run: AttemptRun, stop: Object) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -330,7 +331,10 @@ def agent(args: argparse.Namespace) -> None:
             node_agent = Agent(settings, client, chosen, identity)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, node_agent.leave, f"signal {signum}", settings.shutdown_grace)
+                loop.add_signal_handler(
+                    signum,
+                    functools.partial(node_agent.leave, f"signal {signum}", settings.shutdown_grace, expected=True),
+                )
             await node_agent.run()
 
     asyncio.run(main())

@@ -46,7 +46,8 @@ class StopRequest(JobModel):
         "one is retried twice, then the attempt keeps running and says so (status.checkpoint.stopFailures).",
     )
     deadline: Time | None = Field(
-        None, description="Deadline is when the attempt stops even without its checkpoint (a money-driven stop)."
+        None,
+        description="Deadline is when the attempt stops even without its checkpoint (a suspend, a money-driven stop).",
     )
 
 

@@ -80,6 +80,7 @@ def gang_status(running: Running, project: str, job: str) -> dict[str, Any]:
 # Torch starts slowly in two sandboxes and the reference run trains again: more than the suite's 300 s on a busy
 # machine, and the waits below are bounded anyway.
 @pytest.mark.timeout(900)
+@pytest.mark.slow  # about 50 s of real torch training: in the slow tier, which CI runs after `make test` (.ci/run)
 def test_a_two_node_torchrun_gang_restarts_from_its_dcp_checkpoint_with_the_same_weights(running: Running) -> None:
     skip_unless_the_sandbox_sees_this_python()
     project = running.project()

@@ -182,26 +182,29 @@ def outputs_get(args: argparse.Namespace) -> None:
     project = _project(args, config)
     url = f"/apis/nodus.dev/v1/namespaces/{project}/jobs/{args.job}/outputs/{args.output}"
 
-    async def main() -> list[str]:
+    async def main() -> list[tuple[int | None, str]]:
         async with Client(config, user_agent="nodus-cli", timeout=300.0) as client:
             try:
                 ranks = [args.rank] if args.rank is not None else await _ranks_of(client, project, args)
                 if len(ranks) <= 1 or args.file == "-":
-                    params = {"index": args.index, **({"rank": ranks[0]} if ranks and ranks[0] is not None else {})}
-                    return [await _download(client, url, params, args.file, args.output)]
+                    rank = ranks[0] if ranks else None
+                    params = {"index": args.index, **({"rank": rank} if rank is not None else {})}
+                    return [(rank, await _download(client, url, params, args.file, args.output))]
                 base = Path(args.file or ".")
                 written = []
                 for rank in ranks:
                     (base / f"rank-{rank}").mkdir(parents=True, exist_ok=True)
                     params = {"index": args.index, "rank": rank}
-                    written.append(await _download(client, url, params, None, args.output, base / f"rank-{rank}"))
+                    target = await _download(client, url, params, None, args.output, base / f"rank-{rank}")
+                    written.append((rank, target))
                 return written
             except errors.APIError as exc:
                 raise SystemExit(f"Error from server ({exc.reason}): {exc.message}") from None
 
-    for written in asyncio.run(main()):
+    for rank, written in asyncio.run(main()):
         if written != "-":
-            print(f"job/{args.job} output {args.output} (index {args.index}) written to {written}", file=sys.stderr)
+            of = f"rank {rank}" if rank is not None else f"index {args.index}"
+            print(f"job/{args.job} output {args.output} ({of}) written to {written}", file=sys.stderr)
 
 
 async def _ranks_of(client: Any, project: str, args: argparse.Namespace) -> list[int | None]:

@@ -377,6 +377,7 @@ def test_a_suspend_whose_checkpoint_keeps_failing_leaves_the_job_running(running
     patch_spec(running, project, "stuck", {"state": "Cancelled"})
 
 
+@pytest.mark.slow  # about 32 s (a hold runs out, then credit comes back): CI runs it after `make test` (.ci/run)
 def test_a_money_stop_checkpoints_while_funded_and_resumes_from_it(running: Running) -> None:
     project = running.project(credit="10")
     # On cpu-8c-us (0.4032 USD/h) the hold is kept a stop's cost (the capture interval, the 30 s grace and the

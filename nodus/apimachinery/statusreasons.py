@@ -274,6 +274,42 @@ _add(
     "the same archive would be refused again.",
 )
 _add(
+    "ImagePullFailed",
+    "The node could not pull the Job's image: the registry failed, timed out or could not be reached.",
+    "Nothing, usually: the attempt is replaced and pulls again. If it keeps happening, check that the registry in "
+    "the message is up and reachable from the nodes.",
+    "A registry error (5xx), a timeout or a refused connection is the platform's failure, not the Job's: the agent "
+    "retries the pull with backoff, then the attempt ends Lost and is replaced (it counts against "
+    "spec.recovery.maxAttempts like other lost capacity, never against spec.backoffLimit). Pull time is Boot time "
+    "(docs/data-plane.md, Images).",
+)
+_add(
+    "ImageNotFound",
+    "The Job's image does not exist: no such repository, tag or digest in the registry, or no such registry.",
+    "Correct spec.image (or spec.imageRef) to an image that exists (skopeo inspect docker://IMAGE tells), push it, "
+    "and create the Job again.",
+    "The registry answered that the manifest or repository is unknown. The Job fails at once rather than "
+    "spec.backoffLimit times: every attempt would pull the same reference.",
+)
+_add(
+    "ImagePullUnauthorized",
+    "The registry refused to serve the Job's image with the credentials the Job gave (or without any).",
+    "Create a Secret with the registry's credentials (a .dockerconfigjson key, or username and password keys), name "
+    "it in spec.imagePullSecrets, and create the Job again. Docker Hub answers this way for a repository that does "
+    "not exist too.",
+    "Credentials come only from the Job's spec.imagePullSecrets, pinned at admission, never from the node. The Job "
+    "fails at once rather than spec.backoffLimit times.",
+)
+_add(
+    "ImageRegistryUntrusted",
+    "The image's registry could not be reached over verified TLS: it speaks plain HTTP or its certificate is not "
+    "trusted.",
+    "Use a registry served over HTTPS with a publicly trusted certificate, or ask the operator to name this one "
+    "with nodus agent --insecure-registry HOST:PORT (nodus dev --insecure-registry).",
+    "Agents pull over verified TLS only, except from the registries their operator names (as Docker's "
+    "insecure-registries). The Job fails at once: every node would refuse the same registry.",
+)
+_add(
     "InitFailed",
     "spec.initCommand failed or timed out.",
     "Read its log lines in the message and its logs (nodus logs attempt/<name> -c init).",

@@ -15,7 +15,8 @@ Three parts, each a contract the container runtime relies on:
 
 Spec files are the host administrator's (root-owned directories), yet are parsed defensively: a file that is not a
 mapping of the CDI shape, or names devices outside CDI's name syntax, is refused with the file and the fault named
-(:class:`CdiError`), since its names end up in the engine's argument vector.
+(:class:`CdiError`), since its names end up in the engine's argument vector; so is a spec whose ``cdiVersion`` is
+newer than the engine reads, since the engine would silently ignore it and every attempt naming its devices fail.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 NVIDIA_KIND = "nvidia.com/gpu"
 # Where podman 4.3 reads specs, lowest priority first (a later directory wins a name both declare).
 SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+# The newest cdiVersion podman 4.3.1's CDI library resolves (measured: a 0.6.0 spec's devices are "unresolvable").
+ENGINE_CDI_VERSION = (0, 5, 0)
 # The dynamic spec directory: where the agent writes a generated spec.
 GENERATED_SPEC = Path("/var/run/cdi/nvidia.yaml")
 # A spec larger than this is not one (nvidia-ctk's for eight GPUs is tens of KiB); refusing it bounds the parse.
@@ -51,6 +54,7 @@ _VENDOR = r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
 _CLASS = r"[A-Za-z](?:[A-Za-z0-9_-]*[A-Za-z0-9])?"
 _KIND = re.compile(rf"{_VENDOR}/{_CLASS}")
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}")
 _SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -295,8 +299,13 @@ def _read_spec(path: Path) -> tuple[str, list[str]]:
         raise CdiError(
             f"{path}: a CDI spec is a mapping with cdiVersion, kind and devices; this is {type(spec).__name__}"
         )
-    if not isinstance(spec.get("cdiVersion"), str):
-        raise CdiError(f"{path}: cdiVersion is missing or not a string")
+    version = spec.get("cdiVersion")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise CdiError(f"{path}: cdiVersion {version!r} is missing or not <major>.<minor>.<patch>")
+    if tuple(int(part) for part in version.split(".")) > ENGINE_CDI_VERSION:
+        # The engine would skip the whole file and then fail every attempt naming its devices; say so up front.
+        newest = ".".join(map(str, ENGINE_CDI_VERSION))
+        raise CdiError(f"{path}: cdiVersion {version} is newer than {newest}, the newest podman 4.3 reads")
     kind = spec.get("kind")
     if not isinstance(kind, str) or not _KIND.fullmatch(kind):
         raise CdiError(f"{path}: kind {kind!r} is not <vendor>/<class> in CDI's name syntax")

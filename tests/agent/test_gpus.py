@@ -249,7 +249,9 @@ def test_names_for_finds_gpus_named_by_uuid(tmp_path: Path) -> None:
         ("broken.json", '{"cdiVersion": "0.5.0", ', "not valid JSON"),
         ("binary.yaml", "\udcff\udcfe", "not valid YAML"),
         ("list.yaml", "- nvidia.com/gpu\n", "is list"),
-        ("noversion.json", '{"kind": "nvidia.com/gpu", "devices": []}', "cdiVersion is missing"),
+        ("noversion.json", '{"kind": "nvidia.com/gpu", "devices": []}', "cdiVersion None is missing"),
+        ("version.json", '{"cdiVersion": "0.5.0;rm", "kind": "a.b/gpu", "devices": []}', "not <major>.<minor>"),
+        ("newer.json", '{"cdiVersion": "0.6.0", "kind": "a.b/gpu", "devices": []}', "newer than 0.5.0"),
         ("kind.json", '{"cdiVersion": "0.5.0", "kind": "--privileged", "devices": []}', "kind '--privileged'"),
         (
             "argv.json",
@@ -286,6 +288,10 @@ def test_for_host_reads_the_existing_spec_and_skips_broken_ones(tmp_path: Path) 
     _spec(run / "nvidia.yaml", "nvidia.com/gpu", ["1"])
     _spec(run / "other.json", "other.com/fpga", ["2"])
     (run / "broken.yaml").write_text("devices: [")
+    # A spec podman 4.3 would ignore (too new) must not lend its names either.
+    (run / "newer.json").write_text(
+        json.dumps({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": [{"name": "2"}]})
+    )
     devices = CdiDevices.for_host(HOST, spec_dirs=[etc, run, tmp_path / "absent"], nvidia_ctk="/nonexistent")
     assert devices.names_for([0, 1]) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
     with pytest.raises(CdiError, match="GPU 2"):

@@ -76,8 +76,9 @@ def discover(nvidia_smi: str | None = shutil.which("nvidia-smi"), *, nvml: bool 
     """This host's GPUs, by index; ``[]`` when there are none or the driver cannot be reached (never raises for that).
 
     NVML is asked first when ``nvml`` and the ``pynvml`` module (package ``nvidia-ml-py``) is importable; when it is
-    absent or fails, ``nvidia_smi`` (a path, ``None`` for none) is run. Each reason for finding nothing is logged at
-    INFO; a malformed line of nvidia-smi's output is skipped with a warning.
+    absent or fails, ``nvidia_smi`` (a path, ``None`` for none; by default the one on PATH when this module was
+    imported) is run. Each reason for finding nothing is logged at INFO; a malformed line of nvidia-smi's output is
+    skipped with a warning.
     """
     if nvml:
         found = _discover_nvml()

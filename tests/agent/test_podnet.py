@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,140 @@ def test_open_network_reaches_the_internet_but_not_the_host_metadata_control_pla
 def _default_route_source() -> str:
     shown = subprocess.run(["ip", "-j", "route", "get", "1.1.1.1"], capture_output=True, text=True, check=True)
     return str(json.loads(shown.stdout)[0]["prefsrc"])
+
+
+@pytest.fixture
+async def echo_socket(tmp_path: Path) -> AsyncIterator[Path]:
+    """A unix socket on the host that echoes each connection's bytes until the client half-closes."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    path = tmp_path / "egress.sock"
+    server = await asyncio.start_unix_server(echo, str(path))
+    yield path
+    server.close()
+    await server.wait_closed()
+
+
+async def test_forwarder_relays_127_0_0_1_3128_in_a_network_none_container_to_the_host_socket(
+    image: str, echo_socket: Path
+) -> None:
+    with container(image, "--network=none", *SLEEP) as tenant:
+        pid = int(inspect(tenant, "{{.State.Pid}}"))
+        forwarder = await podnet.start_forwarder(pid, echo_socket)
+        try:
+            # No thread of the agent was left in the container's namespace.
+            home = os.readlink("/proc/self/ns/net")
+            tasks = os.listdir("/proc/self/task")
+            assert {os.readlink(f"/proc/self/task/{tid}/ns/net") for tid in tasks} == {home}
+            # 1 MiB there and back, byte for byte, and twice (one connection does not use the forwarder up).
+            expected = f"{256 * 4096} {hashlib.sha256(bytes(range(256)) * 4096).hexdigest()}"
+            for _ in range(2):
+                assert await exec_in(tenant, "python3", "-c", ECHO_PROBE, "3128") == expected
+            # Nothing else is reachable: no other port, no address outside, and not the agent's host.
+            others = [["127.0.0.1", 3129], ["198.51.100.2", 8080], ["10.88.0.1", 22]]
+            assert json.loads(await exec_in(tenant, "python3", "-c", PROBE, json.dumps(others))) == [
+                "ECONNREFUSED",
+                "ENETUNREACH",
+                "ENETUNREACH",
+            ]
+        finally:
+            forwarder.close()
+            await forwarder.wait_closed()
+        closed = json.loads(await exec_in(tenant, "python3", "-c", PROBE, json.dumps([["127.0.0.1", 3128]])))
+        assert closed == ["ECONNREFUSED"]
+
+
+async def test_forwarder_refuses_a_port_the_tenant_took_first_and_a_process_that_is_gone(
+    image: str, echo_socket: Path
+) -> None:
+    squat = "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 3128)); s.listen(); time.sleep(300)"
+    with container(image, "--network=none", "python3", "-c", squat) as tenant:
+        pid = int(inspect(tenant, "{{.State.Pid}}"))
+        deadline = time.monotonic() + 10
+        # Listening on 127.0.0.1:3128 (0C38), as /proc/<pid>/net/tcp shows it from the host.
+        while ":0C38 00000000:0000 0A" not in await asyncio.to_thread(Path(f"/proc/{pid}/net/tcp").read_text):
+            assert time.monotonic() < deadline, "the squatter never listened"
+            await asyncio.sleep(0.05)
+        with pytest.raises(OSError) as taken:
+            await podnet.start_forwarder(pid, echo_socket)
+        assert taken.value.errno == errno.EADDRINUSE
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()
+    with pytest.raises(FileNotFoundError):
+        await podnet.start_forwarder(gone.pid, echo_socket)
+    for not_a_container in (1, os.getpid()):
+        with pytest.raises(ValueError):
+            await podnet.start_forwarder(not_a_container, echo_socket)
+
+
+# Run inside a container: hold one connection more than the forwarder's cap open, each echoing a byte.
+FLOOD = """\
+import json, socket, sys
+held, answers = [], []
+for _ in range(int(sys.argv[1]) + 1):
+    connection = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    connection.sendall(b"x")
+    try:
+        answers.append(connection.recv(1).decode() or "closed")
+    except ConnectionResetError:
+        answers.append("closed")
+    held.append(connection)
+print(json.dumps(answers))
+"""
+
+
+async def test_forwarder_holds_at_most_its_cap_of_connections_from_one_tenant(image: str, echo_socket: Path) -> None:
+    with container(image, "--network=none", *SLEEP) as tenant:
+        forwarder = await podnet.start_forwarder(int(inspect(tenant, "{{.State.Pid}}")), echo_socket)
+        try:
+            cap = podnet.MAX_FORWARDED_CONNECTIONS
+            answers = json.loads(await exec_in(tenant, "python3", "-c", FLOOD, str(cap)))
+        finally:
+            forwarder.close()
+            await forwarder.wait_closed()
+    # The first ``cap`` are relayed; the one beyond is closed unanswered.
+    assert answers == ["x"] * cap + ["closed"]
+
+
+def _nodus_rules(command: str) -> list[str]:
+    listed = subprocess.run([command, "-S"], check=True, capture_output=True, text=True).stdout.splitlines()
+    return [line for line in listed if "NODUS" in line]
+
+
+def test_ensure_twice_leaves_one_copy_of_each_rule_with_its_jumps_first(network: str) -> None:
+    bridge = _bridge()
+    jump = ["-i", bridge, "-m", "comment", "--comment", "nodus: egress of Open containers", "-j", "NODUS-EGRESS"]
+    # A stale second copy of a jump, and a rule someone put above ours: both set right by the next ensure.
+    subprocess.run(["iptables", "-A", "FORWARD", *jump], check=True)
+    subprocess.run(["iptables", "-I", "FORWARD", "1", "-i", "nodus-test-x", "-j", "RETURN"], check=True)
+    try:
+        assert podnet.ensure_open_network([CONTROL_PLANE, "2130706433", "10.200.0.0/16"]) == podnet.NETWORK
+        first = {command: _nodus_rules(command) for command in ("iptables", "ip6tables")}
+        assert podnet.ensure_open_network([CONTROL_PLANE, "2130706433", "10.200.0.0/16"]) == podnet.NETWORK
+    finally:
+        subprocess.run(["iptables", "-D", "FORWARD", "-i", "nodus-test-x", "-j", "RETURN"], check=False)
+    for command, rules in first.items():
+        assert _nodus_rules(command) == rules
+        assert len(rules) == len(set(rules)), f"{command}: a rule twice"
+        for chain, target in (("INPUT", "NODUS-HOST"), ("FORWARD", "NODUS-EGRESS")):
+            listed = subprocess.run([command, "-S", chain], check=True, capture_output=True, text=True).stdout
+            jumps = [line for line in listed.splitlines() if line.endswith(f"-j {target}")]
+            assert len(jumps) == 1 and listed.splitlines()[1] == jumps[0], f"{command} {chain}: {listed}"
+            assert f"-i {bridge} " in jumps[0]
+    egress = [rule for rule in first["iptables"] if rule.startswith("-A NODUS-EGRESS")]
+    # The control plane's spellings became addresses and networks (2130706433 is 127.0.0.1, refused anyway).
+    for destination in ("198.51.100.3/32", "127.0.0.1/32", "10.200.0.0/16", "169.254.0.0/16", "100.100.100.200/32"):
+        assert any(f"-d {destination} " in rule for rule in egress), destination
+    podnet.ensure_open_network([CONTROL_PLANE])
+
+
+def test_a_control_plane_name_that_does_not_resolve_installs_nothing_and_says_so() -> None:
+    before = _nodus_rules("iptables")
+    with pytest.raises(podnet.NetworkSetupFailed, match=re.escape("control plane's 'api.invalid'")):
+        podnet.ensure_open_network([CONTROL_PLANE, "api.invalid"])
+    assert _nodus_rules("iptables") == before

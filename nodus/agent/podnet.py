@@ -209,9 +209,9 @@ def _ensure_first_jump(command: str, chain: str, bridge: str, target: str) -> No
     A missing first rule is inserted before stale copies are deleted, so traffic is never left unguarded.
     """
     spec = ["-i", bridge, "-m", "comment", "--comment", _COMMENT, "-j", target]
-    jumps = [number for number, rule in _numbered_rules(command, chain) if rule.split()[-2:] == ["-j", target]]
-    first = _numbered_rules(command, chain)[:1]
-    ours_first = bool(first) and first[0][0] in jumps and f"-i {bridge} " in first[0][1]
+    rules = _numbered_rules(command, chain)
+    jumps = [number for number, rule in rules if rule.split()[-2:] == ["-j", target]]
+    ours_first = bool(rules) and rules[0][0] in jumps and f"-i {bridge} " in rules[0][1]
     if ours_first and len(jumps) == 1:
         return
     if not ours_first:

@@ -184,7 +184,7 @@ def _classify(ref: imagerefs.Reference, stderr: str, credentials: Credentials | 
     if _UNTRUSTED.search(text):
         return ImageError("ImageRegistryUntrusted", str(ref), detail)
     if _UNAUTHORIZED.search(text):
-        hint = " (a wrong user name or password, or none given)" if credentials is None else " (wrong credentials)"
+        hint = " (the Job gave no credentials for it)" if credentials is None else " (it refused the Job's credentials)"
         return ImageError("ImagePullUnauthorized", str(ref), detail + hint)
     if _NOT_FOUND.search(text):
         return ImageError("ImageNotFound", str(ref), detail)

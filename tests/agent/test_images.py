@@ -145,6 +145,22 @@ def skopeo_digest(reference: str) -> str:
     return digest
 
 
+def push_list(listed: str, image: str, destination: str) -> None:
+    """Pushes a manifest list holding ``image`` to ``destination``; the local list is removed again."""
+    subprocess.run([*PODMAN, "manifest", "create", listed], check=True, capture_output=True)
+    try:
+        subprocess.run(
+            [*PODMAN, "manifest", "add", listed, f"containers-storage:{image}"], check=True, capture_output=True
+        )
+        subprocess.run(
+            [*PODMAN, "manifest", "push", "--all", "--quiet", "--tls-verify=false", listed, f"docker://{destination}"],
+            check=True,
+            capture_output=True,
+        )
+    finally:
+        subprocess.run([*PODMAN, "manifest", "rm", listed], check=False, capture_output=True)
+
+
 def authfiles_left(work_dir: Path) -> list[Path]:
     return list(work_dir.glob("pull-*"))
 
@@ -184,6 +200,19 @@ async def test_a_tag_resolves_to_the_registry_digest_and_a_pinned_digest_is_then
     assert len(tools.calls("podman", "pull")) == 1 and len(tools.calls("skopeo")) == 1
 
 
+async def test_a_manifest_list_resolves_to_the_list_digest_the_registry_serves(
+    registry: Registry, base: str, tools: Tools, work_dir: Path
+) -> None:
+    """A multi-platform tag: podman's RepoDigests then holds the list's and the instance's digests (three per name,
+    measured), so the digest is the one the registry serves for the tag, as skopeo reports it."""
+    listed = f"localhost/nodus-test/list:{os.getpid()}"
+    reference = f"{registry.address}/t/list:v1"
+    push_list(listed, base, reference)
+    image = await make_cache(tools, work_dir, registry.address).ensure(reference, credentials=None, pinned_digest=None)
+    assert image.digest == skopeo_digest(reference) != registry.push(base, "t/single:v1")
+    assert image.image_id == image_id(base)
+
+
 async def test_a_moved_tag_does_not_change_what_a_pinned_digest_gives(
     registry: Registry, base: str, moved: str, tools: Tools, work_dir: Path
 ) -> None:
@@ -205,6 +234,19 @@ async def test_a_moved_tag_does_not_change_what_a_pinned_digest_gives(
 
     latest = await cache.ensure(reference, credentials=None, pinned_digest=None)
     assert (latest.digest, latest.image_id, latest.env.get("MOVED")) == (second, image_id(moved), "1")
+
+
+async def test_a_digest_cached_under_another_repository_is_not_a_cache_hit(
+    registry: Registry, base: str, tools: Tools, work_dir: Path
+) -> None:
+    """podman finds a local image by digest whatever the name: the cache must not, or a Job could run another
+    repository's image (a private one pulled with another Job's credentials) by naming its digest."""
+    pushed = registry.push(base, "t/owned:v1")
+    cache = make_cache(tools, work_dir, registry.address)
+    assert (await cache.ensure(f"{registry.address}/t/owned:v1", credentials=None, pinned_digest=None)).digest == pushed
+    with pytest.raises(ImageError) as caught:
+        await cache.ensure(f"{registry.address}/t/never-pushed:v1", credentials=None, pinned_digest=pushed)
+    assert caught.value.reason == "ImageNotFound"
 
 
 @pytest.mark.parametrize(
@@ -319,17 +361,20 @@ def _closed_port() -> int:
 
 
 async def test_a_registry_that_is_down_is_pull_failed_retried_and_not_permanent(tools: Tools, work_dir: Path) -> None:
-    # The repository's own name holds words of the other reasons: they must not decide the reason.
     address = f"127.0.0.1:{_closed_port()}"
     cache = make_cache(tools, work_dir, address)
     with pytest.raises(ImageError) as caught:
-        await cache.ensure(f"{address}/unauthorized/manifest-unknown:x509", credentials=None, pinned_digest=None)
+        await cache.ensure(f"{address}/t/x:v1", credentials=None, pinned_digest=None)
     assert (caught.value.reason, caught.value.permanent) == ("ImagePullFailed", False)
     assert "connection refused" in str(caught.value)
     assert len(tools.calls("skopeo")) == 3
 
 
-async def test_a_registry_answering_503_is_tried_three_times(tools: Tools, work_dir: Path) -> None:
+async def test_a_registry_answering_503_is_pull_failed_tried_three_times_whatever_its_name_says(
+    tools: Tools, work_dir: Path
+) -> None:
+    """Pinned, so podman itself prints the image's name: a repository named with words of the other reasons must
+    not decide the reason."""
     pings: list[str] = []
 
     class Unavailable(BaseHTTPRequestHandler):
@@ -347,13 +392,16 @@ async def test_a_registry_answering_503_is_tried_three_times(tools: Tools, work_
     address = f"127.0.0.1:{server.server_address[1]}"
     try:
         with pytest.raises(ImageError) as caught:
-            await make_cache(tools, work_dir, address).ensure(f"{address}/t/x:v1", credentials=None, pinned_digest=None)
+            await make_cache(tools, work_dir, address).ensure(
+                f"{address}/unauthorized/certificate/x509:v1", credentials=None, pinned_digest=MISSING_DIGEST
+            )
     finally:
         server.shutdown()
         server.server_close()
     assert (caught.value.reason, caught.value.permanent) == ("ImagePullFailed", False)
     assert "503 (Service Unavailable)" in str(caught.value)
-    assert len(tools.calls("skopeo")) == 3 and len(pings) >= 3
+    assert "unauthorized/certificate/x509" in str(caught.value)
+    assert len(tools.calls("podman", "pull")) == 3 and len(pings) >= 3
 
 
 @pytest.mark.parametrize(

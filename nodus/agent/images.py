@@ -45,7 +45,6 @@ __all__ = ["Credentials", "Image", "ImageCache", "ImageError", "credentials_from
 
 PULL_TIMEOUT = 1800.0
 RETRY_DELAYS = (1.0, 3.0)
-_OUTPUT_LIMIT = 1 << 20  # an inspect of one image is a few KiB; more is not podman talking to us
 
 
 PERMANENT_REASONS = frozenset({"ImageNotFound", "ImagePullUnauthorized", "ImageRegistryUntrusted"})
@@ -238,8 +237,10 @@ class ImageCache:
         self._home.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     async def ensure(self, reference: str, *, credentials: Credentials | None, pinned_digest: str | None) -> Image:
-        """The image for ``reference`` on this host, pulled if needed. Raises :class:`ImageError`, or
-        ``imagerefs.InvalidReference`` for text that is no image reference (before any process runs)."""
+        """The image for ``reference`` on this host, pulled if needed: ``pinned_digest`` when given (it wins over a
+        digest in the reference, which pins otherwise), else the digest the registry serves for the tag now. Raises
+        :class:`ImageError`, or ``imagerefs.InvalidReference`` for a reference or digest that is not one (before any
+        process runs)."""
         ref = imagerefs.parse(reference)
         if pinned_digest is not None:
             pinned = ref.pinned(pinned_digest)
@@ -351,7 +352,7 @@ class ImageCache:
             raise
         if process.returncode != 0:
             raise _classify(ref, err.decode(errors="replace"), credentials)
-        return out[:_OUTPUT_LIMIT]
+        return out  # whole: a manifest cut short would hash to another digest
 
     @contextmanager
     def _authfile(self, ref: imagerefs.Reference, credentials: Credentials | None) -> Iterator[Path]:

@@ -107,6 +107,27 @@ class Egress:
 
 
 @dataclass(frozen=True)
+class ContainerImage:
+    """The image a container runtime runs an attempt's program (or a sidecar) in: pulled by
+    ``nodus.agent.images`` before the start, named here by the engine's local id."""
+
+    image_id: str
+    reference: str
+    """As the Job names it, pinned (``name@sha256:...``): for messages."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the program may use at most; None is no limit. Enforced by container runtimes (ADR 0040)."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    pids: int | None = None
+    disk_bytes: int | None = None
+    """Ephemeral storage: the container's writable layer plus the attempt's writable /nodus directories."""
+
+
+@dataclass(frozen=True)
 class Sidecar:
     """A helper started before the program, in the same sandbox, and ended after it.
 
@@ -118,6 +139,8 @@ class Sidecar:
     argv: list[str]
     env: dict[str, str]
     startup_timeout: float = 300.0
+    # Container runtimes only: its own image (None: the program's).
+    image: ContainerImage | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +164,13 @@ class RunSpec:
     egress: Egress = field(default_factory=Egress)
     # Started in this order, each ready before the next; see nodus.agent.bubblewrap for the rules.
     sidecars: tuple[Sidecar, ...] = ()
+    # Container runtimes only (the host runtimes refuse a spec that sets them): the image, limits and the CDI
+    # names of the devices (GPUs) the program is given.
+    image: ContainerImage | None = None
+    limits: Limits = field(default_factory=Limits)
+    devices: tuple[str, ...] = ()
+    # False: the working directory is the image's own (its WORKDIR), not backed by layout.workdir.
+    bind_working_dir: bool = True
 
 
 @dataclass(frozen=True)
@@ -245,7 +275,7 @@ class Runtime(Protocol):
         ...
 
 
-def select_runtime(requested: str) -> Runtime:
+def select_runtime(requested: str, work_dir: Path | None = None) -> Runtime:
     """The runtime for ``--runtime``: ``auto`` and ``bubblewrap`` need a working bwrap (probed once per
     agent process; RuntimeUnavailable says why not), ``unsandboxed`` runs without isolation.
 
@@ -254,13 +284,17 @@ def select_runtime(requested: str) -> Runtime:
     """
     # Imported here: both implementations import this module for the interface.
     from nodus.agent.bubblewrap import BubblewrapRuntime
+    from nodus.agent.podman import PodmanRuntime
     from nodus.agent.unsandboxed import UnsandboxedRuntime
+
+    if requested == "podman":
+        return PodmanRuntime.probed(work_dir or Path("/var/lib/nodus/agent"))
 
     if requested in ("auto", "bubblewrap"):
         return BubblewrapRuntime.probed()
     if requested == "unsandboxed":
         return UnsandboxedRuntime()
-    raise ValueError(f"unknown runtime {requested!r}: use auto, bubblewrap or unsandboxed")
+    raise ValueError(f"unknown runtime {requested!r}: use auto, podman, bubblewrap or unsandboxed")
 
 
 def check_spec(spec: RunSpec) -> None:

@@ -236,10 +236,10 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, help="GPUs visible to programs (default: the offering's count)")
     parser.add_argument(
         "--runtime",
-        choices=("auto", "bubblewrap", "unsandboxed"),
+        choices=("auto", "podman", "bubblewrap", "unsandboxed"),
         default="auto",
-        help="auto and bubblewrap sandbox every program and refuse to start without bubblewrap; "
-        "unsandboxed runs programs as plain processes",
+        help="podman runs every program in its image (ADR 0040); auto and bubblewrap sandbox every program on the "
+        "host's filesystem and refuse to start without bubblewrap; unsandboxed runs programs as plain processes",
     )
     parser.add_argument("--work-dir", type=Path, default=Path("/var/lib/nodus/agent"), help="local scratch")
     parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))
@@ -291,7 +291,7 @@ def agent(args: argparse.Namespace) -> None:
     from nodus.client import Client, errors
 
     try:
-        chosen = runtimes.select_runtime(args.runtime)
+        chosen = runtimes.select_runtime(args.runtime, args.work_dir.resolve() / "engine")
     except runtimes.RuntimeUnavailable as exc:
         raise SystemExit(f"nodus agent: {exc}") from None
     settings = AgentSettings(

@@ -14,6 +14,7 @@ from nodus.agent.snapshots import Mirror
 from nodus.client import Client, ClientConfig
 from tests.agent.trees import STATE
 from tests.support import cluster as clusters
+from tests.support import images
 
 
 @pytest.fixture
@@ -23,6 +24,21 @@ def sandbox() -> runtime.Runtime:
         return runtime.select_runtime("bubblewrap")
     except runtime.RuntimeUnavailable as error:
         pytest.skip(f"bubblewrap cannot run on this machine: {error}")
+
+
+@pytest.fixture(scope="session")
+def containers(tmp_path_factory: pytest.TempPathFactory) -> runtime.Runtime:
+    """The podman runtime with the agent's own engine configuration (ADR 0040)."""
+    from nodus.agent.podman import PodmanRuntime
+
+    return PodmanRuntime.probed(tmp_path_factory.mktemp("engine"))
+
+
+@pytest.fixture(scope="session")
+def base_image() -> runtime.ContainerImage:
+    """The development base image (Debian + python3), built and imported once."""
+    reference = images.base_image()
+    return runtime.ContainerImage(reference, reference)
 
 
 @pytest.fixture

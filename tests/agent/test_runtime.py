@@ -482,7 +482,7 @@ async def test_lines_are_cut_at_newlines_and_at_the_limit(output: bytes, expecte
 
 def test_select_runtime_by_name() -> None:
     assert runtime.select_runtime("unsandboxed").name == "unsandboxed"
-    with pytest.raises(ValueError, match="auto, bubblewrap or unsandboxed"):
+    with pytest.raises(ValueError, match="auto, podman, bubblewrap or unsandboxed"):
         runtime.select_runtime("docker")
 
 

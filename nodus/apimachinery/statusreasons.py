@@ -310,6 +310,15 @@ _add(
     "insecure-registries). The Job fails at once: every node would refuse the same registry.",
 )
 _add(
+    "EphemeralStorageExceeded",
+    "The program wrote more than spec.resources.disk to its ephemeral storage.",
+    "Raise spec.resources.disk or write less: /nodus/scratch, /nodus/outputs, /nodus/state, the working directory "
+    "and the image's own filesystem (/tmp, /var/tmp, anything the program writes outside a Volume) all count.",
+    "The agent measures the attempt's writable directories and its container's writable layer periodically, as "
+    "the kubelet does, and kills the attempt once their usage exceeds spec.resources.disk. The attempt fails (a "
+    "customer failure, counted against spec.backoffLimit).",
+)
+_add(
     "InitFailed",
     "spec.initCommand failed or timed out.",
     "Read its log lines in the message and its logs (nodus logs attempt/<name> -c init).",

@@ -157,6 +157,14 @@ def _bytes(text: str) -> int:
     return int(value)
 
 
+def _registry_host(text: str) -> str:
+    """A registry as image references name it, ``HOST[:PORT]``: no scheme, path, credentials or spaces."""
+    host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
+    if not host or any(c in text for c in "/@?# \t\r\n") or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (no scheme, path or credentials)")
+    return text.lower()
+
+
 def _terminate(signum: int, _: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -170,6 +178,23 @@ def parser() -> argparse.ArgumentParser:
     dev_cmd.add_argument("--host", default="127.0.0.1")
     dev_cmd.add_argument("--port", type=int, default=8080)
     dev_cmd.add_argument("--data-dir", default=".nodus", help="where the database, certificates and kubeconfig live")
+    dev_cmd.add_argument(
+        "--registry-port",
+        type=int,
+        default=5000,
+        metavar="PORT",
+        help="the port of the image registry on 127.0.0.1 that serves localhost:PORT/nodus/python:3.11 to the "
+        "simulated hosts (storage under <data dir>/registry; 0: no registry; default 5000)",
+    )
+    dev_cmd.add_argument(
+        "--insecure-registry",
+        action="append",
+        default=[],
+        type=_registry_host,
+        metavar="HOST:PORT",
+        help="a registry the simulated hosts pull from over plain HTTP (repeatable, as Docker's "
+        "insecure-registries); the dev registry's own address always is",
+    )
     _add_server_flags(dev_cmd, funded_window=False)
     processes.add_controller_flags(dev_cmd, with_kubeconfig=False)
     dev_cmd.set_defaults(run="servers:dev")

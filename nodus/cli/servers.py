@@ -24,7 +24,7 @@ from nodus.api.auth.requestheader import RequestHeaderConfig
 from nodus.api.server import APIServer
 from nodus.api.settings import ServerSettings
 from nodus.apimachinery.sealing import KeyFileError, Keyring
-from nodus.cli import certificates, kubeconfig, processes
+from nodus.cli import certificates, devregistry, kubeconfig, processes
 from nodus.cli.serving import Listener, serve
 from nodus.controllers import assembly
 from nodus.controllers.assembly import ControllerSettings
@@ -139,12 +139,14 @@ def dev(args: argparse.Namespace) -> None:
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     embedded: database.EmbeddedPostgres | None = None
+    registry: devregistry.DevRegistry | None = None
     url = _database_url(args)
     processes.check_endpoints("--forbid-address", args.forbid_address)
     # nodus dev's hosts are this machine: Jobs' inputs and sinks may be on its loopback, never on the control
     # plane's own endpoints (its database and API server, ADR 0032).
     args.allow_loopback_endpoints = True
     try:
+        registry = _dev_images(args, data_dir)
         if not url:
             embedded = database.EmbeddedPostgres(data_dir / "postgres")
             url = embedded.start()
@@ -185,12 +187,45 @@ def dev(args: argparse.Namespace) -> None:
             controllers.identity = f"nodus-dev-{socket.gethostname()}-{digest}"
         _run(_serve_announced(server, listener, server_url, config, controllers))
     finally:
+        if registry is not None and not registry.reused:
+            registry.stop()
+            log.info("image registry on %s stopped", registry.address)
         if embedded is not None:
             log.info("stopping the embedded database under %s ...", embedded.data_dir)
             if embedded.stop():
                 log.info("embedded database stopped")
             else:
                 log.info("embedded database left running: another process still uses it")
+
+
+def _dev_images(args: argparse.Namespace, data_dir: Path) -> devregistry.DevRegistry | None:
+    """Choose the simulated hosts' runtime (``auto``: podman when it works here, else bubblewrap) and start the
+    dev registry (podman only, unless ``--registry-port 0``); the agents get ``--insecure-registry`` for it and
+    for every ``--insecure-registry`` given."""
+    problem = devregistry.podman_problem()
+    if args.sim_runtime == "auto":
+        args.sim_runtime = "podman" if problem is None else "bubblewrap"
+        if problem is not None:
+            log.warning(
+                "podman does not work here (%s): the simulated hosts run programs in bubblewrap on this host's "
+                "filesystem, and Jobs' images are recorded, not pulled",
+                problem,
+            )
+    registry = None
+    if args.registry_port and problem is None:
+        try:
+            registry = devregistry.start(data_dir, args.registry_port)
+        except devregistry.RegistryError as exc:
+            raise SystemExit(f"nodus dev: {exc}") from None
+        verb = "reusing the image registry" if registry.reused else "image registry serving"
+        log.info("%s on %s: %s", verb, registry.address, ", ".join(map(registry.reference, registry.pushed)))
+    elif args.registry_port:
+        log.warning("no image registry: it needs podman (%s)", problem)
+    own = registry.insecure_registries if registry is not None else ()
+    args.sim_agent_insecure_registry = list(
+        dict.fromkeys([*args.sim_agent_insecure_registry, *args.insecure_registry, *own])
+    )
+    return registry
 
 
 async def _serve_announced(

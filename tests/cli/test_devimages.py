@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nodus.cli import devimages, devregistry
+from nodus.cli import devimages, devregistry, main
 from tests.support import images
 
 RUN = [*devimages.PODMAN, "run", "--rm", "--runtime", "runc", "--network", "none", *devimages.ULIMITS]
@@ -181,3 +181,17 @@ def test_the_pytorch_image_imports_the_pinned_torch() -> None:
     assert said[0].split("+")[0] == devimages.torch_version() and said[1] == "3.0"
     assert devimages.pytorch_available(images.CACHE)
     assert (images.CACHE / f"pytorch-{devimages.pytorch_tag()}.tar").exists()
+
+
+@pytest.mark.parametrize(
+    "hostile", ["http://evil:5000", "evil:5000/x", "user:pw@evil:5000", "evil:0", "evil:65536", ":5000", "a b:1", ""]
+)
+def test_nodus_dev_refuses_an_insecure_registry_that_is_not_host_port(hostile: str) -> None:
+    with pytest.raises(SystemExit):
+        main.parser().parse_args(["dev", "--insecure-registry", hostile])
+
+
+def test_nodus_dev_registry_flags() -> None:
+    args = main.parser().parse_args(["dev", "--insecure-registry", "Reg.Example:5001", "--insecure-registry", "h"])
+    assert args.registry_port == devregistry.DEFAULT_PORT and args.insecure_registry == ["reg.example:5001", "h"]
+    assert main.parser().parse_args(["dev", "--registry-port", "0"]).registry_port == 0

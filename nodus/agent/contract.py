@@ -17,6 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nodus.agent.gpus import CdiDevices
+from nodus.agent.images import ImageCache
 from nodus.agent.runtime import Egress, Sidecar
 from nodus.apimachinery import destinations, units
 
@@ -45,6 +47,10 @@ class HostFacts:
     mesh_host: str = "127.0.0.1"
     # What the agent may connect to for a Job (inputs, sources, S3, sinks, the egress proxy's upstreams).
     destinations: destinations.Policy = field(default_factory=destinations.Policy)
+    # A container runtime's image cache (None: the host runtimes, which run on the host's filesystem) and this host's
+    # GPUs as CDI devices (None or empty: no real GPU devices to give, as on simulated hosts).
+    images: ImageCache | None = None
+    cdi: CdiDevices | None = None
 
 
 def environment(attempt: Object, host: HostFacts) -> dict[str, str]:

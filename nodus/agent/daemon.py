@@ -27,15 +27,17 @@ import asyncio
 import contextlib
 import logging
 import socket
+import urllib.parse
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent import dialing
+from nodus.agent import dialing, gpus, images, podnet
 from nodus.agent.contract import HostFacts
 from nodus.agent.identity import NodeIdentity
+from nodus.agent.podman import PodmanRuntime
 from nodus.agent.running import AttemptRun
 from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
@@ -69,6 +71,8 @@ class AgentSettings:
     # (HOST[:PORT]; the API server's own address is added at registration).
     allow_loopback_endpoints: bool = False
     forbid_addresses: tuple[str, ...] = ()
+    # Registries pulled from over plain HTTP or unverified TLS (HOST:PORT), as Docker's insecure-registries.
+    insecure_registries: tuple[str, ...] = ()
 
 
 class Agent:
@@ -107,6 +111,22 @@ class Agent:
                 for task in (*watching, beating):
                     task.cancel()
 
+    async def _prepare_containers(self, containers: PodmanRuntime) -> None:
+        """What running Jobs in their images needs on this host: the image cache, the GPUs as CDI devices and the
+        Open egress network with its rules against the control plane (ADR 0040, 0041)."""
+        assert self.host is not None
+        self.host.images = images.ImageCache(
+            insecure_registries=self.settings.insecure_registries, work_dir=self.settings.work_dir / "images"
+        )
+        try:
+            found = await asyncio.to_thread(gpus.discover)
+            self.host.cdi = await asyncio.to_thread(gpus.CdiDevices.for_host, found)
+        except gpus.CdiError as exc:
+            log.warning("GPUs are not given to containers: %s", exc)
+        server = urllib.parse.urlsplit(self.client.config.server).hostname or "127.0.0.1"
+        control_plane = [server, *self.settings.forbid_addresses]
+        containers.open_network = await asyncio.to_thread(podnet.ensure_open_network, control_plane)
+
     async def register(self, offering: Object) -> None:
         """Report the Node Ready (it exists: the provisioner or the credential exchange created it)."""
         name, spec = self.settings.node_name, offering.get("spec") or {}
@@ -129,6 +149,8 @@ class Agent:
             mesh_host=self.settings.advertise_address,
             destinations=policy,
         )
+        if isinstance(self.runtime, PodmanRuntime):
+            await self._prepare_containers(self.runtime)
         try:
             node = await self.client.get("nodes", name)
         except errors.NotFound:

@@ -29,7 +29,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from nodus.agent import checkpointing, collecting, ganging, materializing, meshing, progress, unpacking
+from nodus.agent import (
+    checkpointing,
+    collecting,
+    containerizing,
+    ganging,
+    gpus,
+    images,
+    materializing,
+    meshing,
+    progress,
+    unpacking,
+)
 from nodus.agent.contract import (
     DEFAULT_WORKING_DIR,
     HostFacts,
@@ -42,9 +53,9 @@ from nodus.agent.contract import (
 )
 from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
-from nodus.agent.runtime import Exit, Process, RunSpec, Runtime
+from nodus.agent.runtime import ContainerImage, Exit, Process, RunSpec, Runtime, Sidecar
 from nodus.agent.shipping import LogShipper
-from nodus.apimachinery import units
+from nodus.apimachinery import imagerefs, units
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -53,6 +64,15 @@ log = logging.getLogger("nodus.agent")
 
 INIT_CONTAINER = "init"
 MESSAGE_LINES = 3
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """The attempt's image on this host, the argv it runs, and each sidecar's own image by name."""
+
+    image: images.Image
+    argv: list[str]
+    sidecars: dict[str, images.Image]
 
 
 @dataclass
@@ -142,20 +162,21 @@ class AttemptRun:
     async def _run(self) -> None:
         spec = self.attempt.get("spec") or {}
         image = spec.get("image")
+        in_image = self.host.images is not None
         await self._report(
             phase="Starting",
             runtime={
                 "sandbox": self.runtime.name,
                 **(
                     {"image": f"{image} (recorded, not pulled: the local runtime uses the host's filesystem)"}
-                    if image
+                    if image and not in_image
                     else {}
                 ),
             },
             gpuIndexes=self.host.gpu_indexes,
         )
         argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
-        if not argv:
+        if not argv and not in_image:
             message = "The local runtime cannot run an image's own entrypoint; set spec.command."
             await self._report(phase="Failed", reason="Error", message=message, finishTime=_now())
             return
@@ -170,6 +191,16 @@ class AttemptRun:
     async def _run_in(self, layout: AttemptLayout, shipper: LogShipper, argv: list[str]) -> None:
         spec = self.attempt.get("spec") or {}
         working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
+        pulled: Pulled | None = None
+        if self.host.images is not None:
+            outcome = await self._unless_stopped(self._pull(self.host.images))
+            if outcome is None:
+                return await self._report_stopped_early()
+            if not isinstance(outcome, Pulled):
+                return await self._report_pull_failure(outcome)
+            pulled = outcome
+            argv = pulled.argv
+            working_dir = containerizing.working_dir_for(spec, pulled.image)[0]
         prepared = await self._unless_stopped(
             materializing.prepare(
                 self.client,
@@ -227,11 +258,55 @@ class AttemptRun:
                 return None
             gang, argv = joined, joined.argv
         try:
-            await self._start(layout, shipper, argv, prepared, policy, gang)
+            await self._start(layout, shipper, argv, prepared, policy, gang, pulled)
         finally:
             if gang is not None:
                 await gang.close()
         return None
+
+    async def _pull(self, cache: images.ImageCache) -> Pulled | images.ImageError | containerizing.NoCommand:
+        """The Job's image (and its sidecars') on this host, pulled once per host and digest (Boot time, ADR 0042)."""
+        spec = self.attempt.get("spec") or {}
+        reference = str(spec.get("image") or "")
+        try:
+            parsed = imagerefs.parse(reference)
+            credentials = await containerizing.pull_credentials(self.client, self.namespace, spec, parsed.registry)
+            image = await cache.ensure(reference, credentials=credentials, pinned_digest=None)
+            sidecars: dict[str, images.Image] = {}
+            for sidecar in spec.get("sidecars") or []:
+                if sidecar.get("image"):
+                    own = imagerefs.parse(str(sidecar["image"]))
+                    creds = await containerizing.pull_credentials(self.client, self.namespace, spec, own.registry)
+                    sidecars[str(sidecar["name"])] = await cache.ensure(
+                        str(sidecar["image"]), credentials=creds, pinned_digest=None
+                    )
+            argv = containerizing.argv_for(spec, image)
+        except imagerefs.InvalidReference as exc:
+            return images.ImageError("ImageNotFound", reference, str(exc))
+        except (images.ImageError, containerizing.NoCommand) as exc:
+            return exc
+        how = "cached on this host" if image.cached else f"pulled in {image.pull_seconds:.1f} s"
+        await self._report(
+            image=containerizing.image_status(image), runtime={"sandbox": self.runtime.name, "image": how}
+        )
+        return Pulled(image, argv, sidecars)
+
+    async def _report_pull_failure(self, failure: images.ImageError | containerizing.NoCommand | PrepareFailed) -> None:
+        if isinstance(failure, PrepareFailed):
+            await self._report(
+                phase="Failed", reason=failure.reason, message=scrub(str(failure), 2000), finishTime=_now()
+            )
+        elif isinstance(failure, containerizing.NoCommand):
+            await self._report(phase="Failed", reason="Error", message=str(failure), finishTime=_now())
+        elif failure.permanent:
+            await self._report(
+                phase="Failed", reason=failure.reason, message=scrub(str(failure), 2000), finishTime=_now()
+            )
+        else:
+            # The registry's failure, not the Job's: the attempt is lost and replaced.
+            await self._report(
+                phase="Lost", reason=failure.reason, message=scrub(str(failure), 2000), finishTime=_now()
+            )
 
     async def _join(self, layout: AttemptLayout, argv: list[str]) -> ganging.Joined | meshing.MeshFailed:
         """Meet the gang, or why it could not be met."""
@@ -248,9 +323,10 @@ class AttemptRun:
         prepared: Prepared,
         policy: checkpointing.Policy | None,
         gang: ganging.Joined | None,
+        pulled: Pulled | None,
     ) -> None:
         spec = self.attempt.get("spec") or {}
-        working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
+        working_dir, bind_working_dir = containerizing.working_dir_for(spec, pulled.image if pulled else None)
         ready: Object = {} if spec.get("initCommand") else _inputs_ready(prepared)
         env = {
             **environment(self.attempt, self.host),
@@ -259,6 +335,19 @@ class AttemptRun:
             **(gang.env if gang is not None else {}),
             "NODUS_PROGRESS_FILE": PROGRESS_FILE,
         }
+        container: dict[str, Any] = {}
+        if pulled is not None:
+            env = containerizing.environment_for(pulled.image, env, spec)
+            devices: tuple[str, ...] = ()
+            if self.host.cdi is not None and self.host.cdi.devices and self.host.gpu_indexes:
+                devices = tuple(self.host.cdi.names_for(self.host.gpu_indexes))
+                env.update(gpus.visible_devices_env(self.host.gpu_indexes))
+            container = {
+                "image": ContainerImage(pulled.image.image_id, pulled.image.pinned),
+                "limits": containerizing.limits_for(spec),
+                "devices": devices,
+                "bind_working_dir": bind_working_dir,
+            }
         base = RunSpec(
             argv=argv,
             env=env,
@@ -267,11 +356,17 @@ class AttemptRun:
             hidden=self.host.hidden,
             mounts=tuple(prepared.mounts),
             egress=egress_of(spec, self.host),
+            **container,
         )
         init = spec.get("initCommand")
         if init and not await self._init(init, base, shipper):
             return None
-        run_spec = dataclasses.replace(base, sidecars=sidecars_of(spec, env, prepared.sidecar_env))
+        sidecars = sidecars_of(spec, env, prepared.sidecar_env)
+        if pulled is not None:
+            sidecars = tuple(
+                _in_image(sidecar, pulled.sidecars.get(sidecar.name), pulled.image) for sidecar in sidecars
+            )
+        run_spec = dataclasses.replace(base, sidecars=sidecars)
         try:
             self.process = await self.runtime.start(run_spec)
         except Exception as exc:
@@ -561,3 +656,12 @@ def _inputs_ready(prepared: Prepared) -> Object:
     if prepared.source:
         ready["source"] = prepared.source
     return ready
+
+
+def _in_image(sidecar: Sidecar, own: images.Image | None, program: images.Image) -> Sidecar:
+    """A sidecar in its own image (or the program's), running that image's entrypoint when it sets no command."""
+    image = own or program
+    argv = sidecar.argv or [*image.entrypoint, *image.cmd]
+    return dataclasses.replace(
+        sidecar, argv=argv, image=ContainerImage(own.image_id, own.pinned) if own is not None else None
+    )

@@ -96,9 +96,16 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     )
     parser.add_argument(
         "--sim-runtime",
-        choices=("auto", "bubblewrap", "unsandboxed"),
+        choices=("auto", "podman", "bubblewrap", "unsandboxed"),
         default="auto",
         help="the runtime simulated hosts' agents use",
+    )
+    parser.add_argument(
+        "--sim-agent-insecure-registry",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="simulated agents' --insecure-registry (repeatable): registries pulled from over plain HTTP",
     )
     parser.add_argument(
         "--sim-heartbeat-interval", type=duration, default=timedelta(seconds=2), help="simulated agents' heartbeat"
@@ -161,6 +168,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             agent_trust_ca=args.sim_agent_trust_ca.resolve() if args.sim_agent_trust_ca else None,
             agent_allow_loopback_endpoints=args.sim_agent_allow_loopback_endpoints,
             agent_forbid_addresses=tuple(args.sim_agent_forbid_address),
+            agent_insecure_registries=tuple(args.sim_agent_insecure_registry),
             checkpoint_time_scale=args.sim_checkpoint_time_scale,
             assembly_time_scale=args.sim_assembly_time_scale,
             boot_hangs=frozenset(args.sim_boot_hangs),
@@ -274,6 +282,14 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         "the API server's own address always is",
     )
     parser.add_argument(
+        "--insecure-registry",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a registry pulled from over plain HTTP or unverified TLS (repeatable), as Docker's "
+        "insecure-registries; every other registry is pulled over verified TLS",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -305,6 +321,7 @@ def agent(args: argparse.Namespace) -> None:
         advertise_address=args.advertise_address or socket.gethostbyname(socket.gethostname()),
         allow_loopback_endpoints=args.allow_loopback_endpoints,
         forbid_addresses=tuple(args.forbid_address),
+        insecure_registries=tuple(args.insecure_registry),
     )
     check_endpoints("nodus agent: --forbid-address", settings.forbid_addresses)
     if not 0 < settings.checkpoint_time_scale <= 1000:

@@ -61,6 +61,8 @@ class SimulatedCloudConfig:
     # control plane's endpoints (its database) forbidden.
     agent_allow_loopback_endpoints: bool = False
     agent_forbid_addresses: tuple[str, ...] = ()
+    # Registries agents pull from over plain HTTP (their --insecure-registry): the dev and test registries.
+    agent_insecure_registries: tuple[str, ...] = ()
     checkpoint_time_scale: float = 1.0
     # Gang startupTimeouts are multiplied by this (tests: 0.02 turns the 5m minimum into 6s).
     assembly_time_scale: float = 1.0
@@ -179,6 +181,8 @@ class SimulatedCloud:
             command.append("--allow-loopback-endpoints")
         for address in self.config.agent_forbid_addresses:
             command += ["--forbid-address", address]
+        for registry in self.config.agent_insecure_registries:
+            command += ["--insecure-registry", registry]
         if self.config.checkpoint_time_scale != 1.0:
             command += ["--checkpoint-time-scale", repr(self.config.checkpoint_time_scale)]
         with (work / "agent.log").open("ab") as output:

@@ -86,7 +86,25 @@ def test_a_pending_job_is_admitted_and_gets_its_first_attempt() -> None:
         workloads.LABEL: workloads.signature(job["spec"]),
     }
     assert created["spec"]["command"] == ["true"]
-    assert "recorded, not pulled" in decided.status["conditions"][0]["message"]
+    assert decided.status["conditions"][0]["message"] == "Admitted."
+    assert decided.status["image"] == {"reference": job["spec"]["image"]}
+
+
+def test_the_first_resolved_digest_is_the_jobs_and_pins_every_later_attempt() -> None:
+    digest = "sha256:" + "ab" * 32
+    reference = "127.0.0.1:5000/nodus/python:3.11"
+    job = make_job("Pending", image=reference)
+    admitted = planning.plan(job, [], NOW)
+    assert admitted.create[0]["spec"]["image"] == reference
+    job["status"] = admitted.status
+    failed = make_attempt(
+        0, 1, "Failed", reason="Error", image={"reference": reference, "digest": digest, "user": "1000"}
+    )
+    decided = planning.plan(job, [failed], NOW)
+    assert decided.status["image"] == {"reference": reference, "digest": digest, "user": "1000"}
+    job["status"] = decided.status
+    replacement = planning.plan(job, [failed], NOW).create[0]
+    assert replacement["spec"]["image"] == f"{reference}@{digest}"
 
 
 def test_parallelism_bounds_the_attempts_created() -> None:

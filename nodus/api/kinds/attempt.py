@@ -22,7 +22,15 @@ from nodus.api.kinds.job.scalars import Duration, Time
 from nodus.api.kinds.job.spec import EnvVar, InitCommand, Network, Sidecar
 from nodus.api.kinds.job.spec_capacity import Placement, Recovery, Resources
 from nodus.api.kinds.job.spec_data import JobOutput
-from nodus.api.kinds.job.status import InputStatus, OutputStatus, Progress, SourceStatus, UnitMetrics, VolumeStatus
+from nodus.api.kinds.job.status import (
+    ImageStatus,
+    InputStatus,
+    OutputStatus,
+    Progress,
+    SourceStatus,
+    UnitMetrics,
+    VolumeStatus,
+)
 from nodus.api.kinds.job.status_cost import Cost
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
@@ -154,7 +162,14 @@ class AttemptSpec(JobModel):
     env: list[EnvVar] | None = Field(None, description="Env is the Job's environment (Secret references, not values).")
     expected_duration: str | None = Field(None, description="ExpectedDuration is the Job's, for placement.")
     gang: AttemptGangSpec | None = Field(None, description="Gang is the epoch this rank belongs to (distributed Jobs).")
-    image: str | None = Field(None, description="Image is the Job's image reference, recorded.")
+    image: str | None = Field(
+        None,
+        description="Image is the Job's image reference, at the digest the Job pinned once an agent resolved it "
+        "(name:tag@sha256:...): every attempt after the first runs that digest.",
+    )
+    image_pull_secrets: list[str] | None = Field(
+        None, description="ImagePullSecrets name the Secrets whose registry credentials pull the image."
+    )
     index: int = Field(ge=0, description="Index is the completion index this attempt runs.")
     init_command: InitCommand | None = Field(None, description="InitCommand runs before the command.")
     inputs: list[PinnedInput] | None = Field(None, description="Inputs are the pinned inputs.")
@@ -207,8 +222,12 @@ class AttemptPlacement(JobModel):
 class AttemptRuntime(JobModel):
     """AttemptRuntime says how the agent ran the command."""
 
-    image: str | None = Field(None, description="Image says what became of the image (recorded, not pulled).")
-    sandbox: str | None = Field(None, description="Sandbox is bubblewrap or unsandboxed.")
+    image: str | None = Field(
+        None,
+        description="Image says what became of the image: pulled (and how long it took), cached on this host, or "
+        "recorded, not pulled (the bubblewrap runtime runs on the host's filesystem).",
+    )
+    sandbox: str | None = Field(None, description="Sandbox is the runtime: podman, bubblewrap or unsandboxed.")
 
 
 class CheckpointFailure(JobModel):
@@ -263,6 +282,9 @@ class AttemptStatus(JobModel):
     finish_time: str | None = Field(None, description="FinishTime is when it reached a terminal phase.")
     gang: AttemptGangStatus | None = Field(None, description="Gang is this rank's part of its gang's assembly.")
     gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the visible GPUs.")
+    image: ImageStatus | None = Field(
+        None, description="Image is the image this attempt ran: reference, the registry's digest and the user."
+    )
     inputs: list[InputStatus] | None = Field(None, description="Inputs are the inputs with their verified digests.")
     inputs_ready_time: str | None = Field(None, description="InputsReadyTime is when the inputs were in place.")
     message: str | None = Field(None, description="Message explains the phase (at most three log lines on failure).")

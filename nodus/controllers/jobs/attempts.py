@@ -28,6 +28,7 @@ _COPIED = (
     "scaledownWindow",
     "initCommand",
     "sidecars",
+    "imagePullSecrets",
     "network",
     "outputs",
     "recovery",
@@ -45,7 +46,7 @@ def attempt_for(
     pinned.update(carried or {})
     image = spec.get("image") or spec.get("imageRef")
     if image:
-        pinned["image"] = image
+        pinned["image"] = pinned_image(str(image), (job.get("status") or {}).get("image") or {})
     if pins is not None:
         pinned.update(pins.attempt())
     source = reporting.pinned_source(spec, job.get("status") or {})
@@ -78,3 +79,12 @@ def attempt_for(
         },
         "spec": {"job": meta["name"], "jobUID": meta["uid"], "index": index, "number": number, **pinned},
     }
+
+
+def pinned_image(reference: str, image_status: Object) -> str:
+    """``reference`` at the digest the Job pinned (``name:tag@sha256:...``: the agent pulls the digest, the tag stays
+    for people), or as written while no agent has resolved it yet (ADR 0042)."""
+    digest = image_status.get("digest")
+    if not digest or "@" in reference:
+        return reference
+    return f"{reference}@{digest}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodus.apimachinery import statusreasons, units
+from nodus.apimachinery import imagerefs, statusreasons, units
 from nodus.controllers.jobs import (
     conditions,
     funding,
@@ -51,6 +51,10 @@ PERMANENT_REASONS = frozenset(
         "InputUnavailable",
         "DestinationRefused",
         "ArchiveUnsafe",
+        # Every node would pull the same reference from the same registry with the same credentials (ADR 0042).
+        "ImageNotFound",
+        "ImagePullUnauthorized",
+        "ImageRegistryUntrusted",
     }
 )
 
@@ -288,6 +292,7 @@ def _count(status: Object, spec: Object, slots: Slots, raw: Slots) -> None:
     started = [s for a in _all(slots) if (s := (a.get("status") or {}).get("startTime"))]
     if started and not status.get("startTime"):
         status["startTime"] = min(started)
+    _pin_image(status, slots)
     placed = [a for a in _all(slots) if (a.get("status") or {}).get("placement")]
     if placed:
         newest = max(placed, key=_created)
@@ -299,18 +304,31 @@ def _count(status: Object, spec: Object, slots: Slots, raw: Slots) -> None:
         }
 
 
+def _pin_image(status: Object, slots: Slots) -> None:
+    """The first digest an agent resolved for the Job's image becomes the Job's (``status.image.digest``): every
+    later attempt pulls that digest, so a tag moved meanwhile never changes what a replacement runs (ADR 0042)."""
+    image = status.get("image")
+    if not isinstance(image, dict) or (image.get("digest") and image.get("user")):
+        return
+    resolved = [a for a in _all(slots) if ((a.get("status") or {}).get("image") or {}).get("digest")]
+    if resolved:
+        first = min(resolved, key=_created)
+        seen = (first.get("status") or {})["image"]
+        status["image"] = {**image, "digest": image.get("digest") or seen["digest"], "user": seen.get("user")}
+
+
 def _admit(status: Object, spec: Object, meta: Object, now: datetime) -> None:
     status["phase"] = "Queued"
     image = spec.get("image") or spec.get("imageRef")
     if image:
         status["image"] = {"reference": image}
-    message = (
-        "Admitted. The local runtime runs the command on the host's own filesystem in a sandbox; "
-        f"the image {image} is recorded, not pulled."
-        if image
-        else "Admitted."
-    )
-    conditions.set(status, "Admitted", "True", "Admitted", message, now, meta.get("generation"))
+        try:
+            digest = imagerefs.parse(str(image)).digest
+        except imagerefs.InvalidReference:
+            digest = None
+        if digest:
+            status["image"]["digest"] = digest
+    conditions.set(status, "Admitted", "True", "Admitted", "Admitted.", now, meta.get("generation"))
 
 
 def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) -> None:

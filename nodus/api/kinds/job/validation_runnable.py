@@ -5,10 +5,9 @@ A Job whose every attempt is bound to fail the same way would otherwise be place
 the fix. They follow what the local runtime does today (``nodus.agent.runtime`` and ``nodus.agent.contract``;
 ``tests/api/kinds/test_job_runnable.py`` checks the names against the agent's own environment):
 
-* **No command.** The runtime runs ``spec.command`` on the host's own filesystem in a sandbox; it does not
-  pull or run the image, so an image's entrypoint cannot run (``args`` alone would be its arguments). The
-  same holds for a sidecar's ``command``. An empty first word cannot be executed either. A later version
-  that runs images lifts this rule.
+* **An empty first word** of ``command`` (or a sidecar's) cannot be executed. A Job without ``command`` runs its
+  image's ENTRYPOINT (and CMD, or ``args``), as a Kubernetes container does (ADR 0040); the bubblewrap runtime,
+  which runs on the host's filesystem, refuses such an attempt with that reason.
 * **A sidecar name the runtime cannot use**: it becomes a file name and part of a log stream's name.
 * **An environment variable the program cannot receive**: Nodus sets ``NODUS_*``, ``JOB_COMPLETION_INDEX``
   and the visible GPUs itself, and a distributed Job's launcher sets the rendezvous variables; Nodus's
@@ -43,11 +42,6 @@ LAUNCHER_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES",
 # A sidecar's name becomes its ready file's name and part of its log stream's (nodus.agent.runtime).
 SIDECAR_NAME = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 
-_NO_IMAGE = (
-    "the runtime runs the command on the host's own filesystem and does not run the image, so an image's "
-    "entrypoint cannot run"
-)
-
 
 def runnable_rules(spec: JSONObject, path: Path) -> list[FieldError]:
     """Every failure of the runtime that ``spec`` would meet on every attempt, each with its fix."""
@@ -60,16 +54,7 @@ def runnable_rules(spec: JSONObject, path: Path) -> list[FieldError]:
 
 
 def _command_rules(spec: JSONObject, path: Path) -> list[FieldError]:
-    command = spec.get("command")
-    if command is None or command == []:
-        args = " (spec.args alone would be the entrypoint's arguments)" if is_set(spec, "args") else ""
-        return [
-            fieldpath.required(
-                path.child("command"),
-                f'{_NO_IMAGE}{args}; set the program to run, such as ["python", "train.py"]',
-            )
-        ]
-    return _empty_first_word(command, path.child("command"))
+    return _empty_first_word(spec.get("command"), path.child("command"))
 
 
 def _empty_first_word(command: object, path: Path) -> list[FieldError]:
@@ -92,13 +77,7 @@ def _sidecar_rules(spec: JSONObject, path: Path) -> list[FieldError]:
                     "most 63 characters (it names the sidecar's ready file and log stream)",
                 )
             )
-        command = sidecar.get("command")
-        if command is None or command == []:
-            errors.append(
-                fieldpath.required(item.child("command"), f"{_NO_IMAGE}; set the sidecar's program and arguments")
-            )
-        else:
-            errors.extend(_empty_first_word(command, item.child("command")))
+        errors.extend(_empty_first_word(sidecar.get("command"), item.child("command")))
     return errors
 
 

@@ -2,8 +2,8 @@
 
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
-NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery or gangs
-(repeatable).
+NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery, gangs or
+images (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -35,6 +35,7 @@ from bench import (
     common,
     create_throughput,
     gangs,
+    images,
     list_large,
     output_streaming,
     recovery,
@@ -56,6 +57,7 @@ BENCHMARKS = (
     "checkpoints",
     "recovery",
     "gangs",
+    "images",
 )
 
 
@@ -73,6 +75,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "checkpoints": {"size_mib": 256, "rounds": 1},
             "recovery": {"jobs": 30},
             "gangs": {"rounds": 2, "restarts": 2},
+            "images": {"pull_rounds": 2, "start_rounds": 10, "warm": 10, "blob_mib": 1024},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -86,6 +89,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "checkpoints": {"size_mib": 1024, "rounds": 3},
         "recovery": {"jobs": 100},
         "gangs": {"rounds": 5, "restarts": 5},
+        "images": {"pull_rounds": 5, "start_rounds": 30, "warm": 40, "blob_mib": 1024},
     }
 
 
@@ -142,6 +146,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["gangs"] = await gangs.run(workdir / "gangs", **params["gangs"])
         results["gangs"]["seconds"] = time.monotonic() - started
+    if "images" in only:
+        started = time.monotonic()
+        results["images"] = await images.run(workdir / "images", **params["images"])
+        results["images"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -351,6 +359,8 @@ def table(results: dict[str, Any]) -> str:
         rows.extend(recovery.rows(results["recovery"]))
     if "gangs" in results:
         rows.extend(gangs.rows(results["gangs"]))
+    if "images" in results:
+        rows.extend(images.rows(results["images"]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -3,7 +3,10 @@
 Setup: a ``nodus apiserver`` (plain HTTP, the shipped price book) and a ``nodus controllers`` process
 with the simulated cloud and the test suite's fast flags (``--sim-boot-time 0s --sim-heartbeat-interval
 500ms --node-grace 3s``, as ``tests/support/controllers.py``), ``--sim-capacity 1000`` so that capacity
-never queues a Job; every simulated host is a real ``nodus agent`` process with the bubblewrap runtime.
+never queues a Job; every simulated host is a real ``nodus agent`` process with the bubblewrap runtime
+(``--sim-runtime bubblewrap``: the agent's default is podman, ADR 0040). ``bench/images.py`` runs the same
+warm samples with ``--sim-runtime podman`` and an image from a local registry through :func:`_start_controllers`
+and :func:`_sample`, interleaved with these.
 
 Samples: Jobs created one at a time, each ``/bin/sh -c 'sleep 1'`` on one CPU (the next is created once
 the previous one has Succeeded and the system is quiet again). Latency = from the create response to
@@ -27,7 +30,7 @@ cold, agent start):
   consecutive deliveries. (The two Attempts carry ``spec.stop`` and no owner, so no controller acts
   on them, though the controllers' informers receive their events as they receive the chain's.)
 * **runtime start**: the agent's work between its ``Starting`` and ``Running`` writes, measured alone:
-  ``AttemptLayout.create`` plus ``select_runtime("auto").start(...)`` of the same program, in this process.
+  ``AttemptLayout.create`` plus ``select_runtime("bubblewrap").start(...)`` of the same program, in this process.
 * **agent start** (cold only): spawning ``nodus agent`` with the simulated cloud's command line for a
   pre-created unschedulable Node, until a watch shows that Node ``Ready``.
 
@@ -60,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +100,11 @@ class Controllers:
         return self.log_file.read_text(errors="replace")[-20000:] if self.log_file.exists() else ""
 
 
-def _start_controllers(kubeconfig: Path, directory: Path) -> Controllers:
+def _start_controllers(
+    kubeconfig: Path, directory: Path, *, sim_runtime: str = "bubblewrap", insecure_registries: Sequence[str] = ()
+) -> Controllers:
+    """``nodus controllers`` whose simulated hosts run ``sim_runtime`` and pull over plain HTTP from
+    ``insecure_registries`` (``HOST:PORT``)."""
     directory.mkdir(parents=True, exist_ok=True)
     log_file = directory / "controllers.log"
     # What-if experiments only, as NODUS_BENCH_SERVER_PRELUDE for the server: Python run in the controllers'
@@ -106,7 +114,9 @@ def _start_controllers(kubeconfig: Path, directory: Path) -> Controllers:
     if prelude:
         launcher = ["-c", f"{prelude}\nimport sys\nfrom nodus.cli.main import main\nmain(sys.argv[1:])"]
     args = [sys.executable, *launcher, "controllers", "--kubeconfig", str(kubeconfig), "--identity", "bench"]
-    args += ["--sim-work-dir", str(directory / "hosts"), *CONTROLLER_FLAGS]
+    args += ["--sim-work-dir", str(directory / "hosts"), *CONTROLLER_FLAGS, "--sim-runtime", sim_runtime]
+    for registry in insecure_registries:
+        args += ["--sim-agent-insecure-registry", registry]
     with log_file.open("ab") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=common.ROOT)
     return Controllers(process, log_file)
@@ -216,9 +226,9 @@ class Tracker:
 # --- the measurements -----------------------------------------------------------------------------
 
 
-def _job(name: str, warm: bool, program: str) -> dict[str, Any]:
+def _job(name: str, warm: bool, program: str, image: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "image": "debian:12",
+        "image": image,
         "command": ["/bin/sh", "-c", program],
         "resources": {"cpu": "1"},
         "placement": {"offerings": [WARM_OFFERING if warm else COLD_OFFERING]},
@@ -228,11 +238,14 @@ def _job(name: str, warm: bool, program: str) -> dict[str, Any]:
     return {"apiVersion": "nodus.dev/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
 
 
-async def _sample(client: Any, tracker: Tracker, name: str, warm: bool, program: str, logs: Any) -> Sample:
-    """One Job: create it, wait for Running (the sample), then for its end and a quiet moment."""
+async def _sample(
+    client: Any, tracker: Tracker, name: str, warm: bool, program: str, logs: Any, image: str = "debian:12"
+) -> Sample:
+    """One Job: create it, wait for Running (the sample), then for its end and a quiet moment. ``image`` is only
+    pulled by the podman runtime (the bubblewrap runtime runs the program on the host's filesystem)."""
     placeholder = Sample(job=name, created=0.0)
     tracker.samples[name] = placeholder  # before the create: the watch may see it first
-    await client.create("jobs", _job(name, warm, program), common.PROJECT)
+    await client.create("jobs", _job(name, warm, program, image), common.PROJECT)
     placeholder.created = time.perf_counter()
     try:
         await asyncio.wait_for(placeholder.running.wait(), 60)
@@ -339,7 +352,7 @@ async def _runtime_starts(directory: Path, count: int) -> dict[str, list[Any]]:
     from nodus.agent.contract import BASE_PATH
     from nodus.agent.layout import AttemptLayout
 
-    chosen = runtimes.select_runtime("auto")
+    chosen = runtimes.select_runtime("bubblewrap")  # the simulated hosts' runtime here
     starts: list[Any] = []
     first_lines: list[Any] = []
     for i in range(count):
@@ -384,7 +397,7 @@ async def _agent_start(client: Any, tracker: Tracker, kubeconfig: Path, director
     await client.create("bootstraptokens", {**token, "spec": {"nodeName": name, "secret": secret}})
     command = [sys.executable, "-m", "nodus", "agent", "--kubeconfig", str(kubeconfig), "--node-name", name]
     command += ["--join-token", f"{token_id}.{secret}"]
-    command += ["--offering", COLD_OFFERING, "--gpus", "0", "--runtime", "auto", "--work-dir", str(work)]
+    command += ["--offering", COLD_OFFERING, "--gpus", "0", "--runtime", "bubblewrap", "--work-dir", str(work)]
     command += ["--heartbeat-interval", "500ms"]
     with (work / "agent.log").open("ab") as output:
         started = time.perf_counter()

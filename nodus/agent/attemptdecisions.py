@@ -93,9 +93,8 @@ def requested(state: StopState, request: StopRequest, now: datetime) -> StopStat
 
     A first ``lost_reason`` is recorded, whatever stop is under way: with notice above 1 s it replaces any stop's
     checkpoint plan with the notice's (checkpoint until now + 80 % of the notice, grace 20 % of it); with less notice
-    it shortens an earlier stop's grace to the notice. Without an earlier stop the grace is left as it was (30 s,
-    or a given-up stop's), exactly as ``request_stop`` does today, so a host lost with no notice still grants 30 s.
-    A later ``lost_reason`` changes nothing of the host's.
+    the grace becomes at most the notice (a host lost with no notice gives the program none). A host going away
+    also ends a withdrawal: it cannot be taken back. A later ``lost_reason`` changes nothing of the host's.
     Then, unless a stop reason is already set or the request's ``requested_time`` was abandoned, the request becomes
     the stop (its reason, requested_time, not withdrawn) and, when it is not the host's, its grace, checkpoint and
     deadline. ``pending`` is set whenever either part took effect."""
@@ -108,15 +107,16 @@ def requested(state: StopState, request: StopRequest, now: datetime) -> StopStat
                 checkpoint_first=True,
                 deadline=now + timedelta(seconds=notice * NOTICE_CHECKPOINT_SHARE),
                 grace_seconds=notice * NOTICE_GRACE_SHARE,
+                withdrawn=False,
                 pending=True,
             )
-        elif state.stop_reason is not None:
+        else:
+            # With no time to checkpoint the program gets what notice there is, never more (a stop under way
+            # keeps a shorter grace of its own).
             grace_seconds = min(state.grace_seconds, notice)
             state = dataclasses.replace(
-                state, lost_reason=request.lost_reason, grace_seconds=grace_seconds, pending=True
+                state, lost_reason=request.lost_reason, grace_seconds=grace_seconds, withdrawn=False, pending=True
             )
-        else:
-            state = dataclasses.replace(state, lost_reason=request.lost_reason, pending=True)
     abandoned = request.requested_time is not None and request.requested_time == state.abandoned_time
     if state.stop_reason is not None or abandoned:
         return state

@@ -141,8 +141,14 @@ def auto_interval(cost: timedelta, mtbi: timedelta, now: datetime, complete_by: 
     return interval
 
 
-def environment(spec: Object, policy: Policy | None) -> dict[str, str]:
-    """The protocol's environment variables for the program."""
+# Where a container runtime mounts the HFTrainer hook's directory (read-only): the host's path is not in the image.
+CONTAINER_HOOK_DIR = "/opt/nodus/hftrainer"
+HOST_HOOK_DIR = Path(__file__).parent / "hftrainer"
+
+
+def environment(spec: Object, policy: Policy | None, *, hook_dir: str | None = None) -> dict[str, str]:
+    """The protocol's environment variables for the program; ``hook_dir`` is where the program sees the HFTrainer
+    hook (the host's directory by default, :data:`CONTAINER_HOOK_DIR` in a container)."""
     env: dict[str, str] = {}
     if spec.get("resumeCursor"):
         env["NODUS_RESUME_CURSOR"] = str(spec["resumeCursor"])
@@ -164,21 +170,22 @@ def environment(spec: Object, policy: Policy | None) -> dict[str, str]:
         env.update(
             NODUS_HF_OUTPUT_DIR=next(iter(policy.roots)),
             HF_HUB_DISABLE_TELEMETRY="1",
-            PYTHONPATH=hftrainer_pythonpath(spec),
+            PYTHONPATH=hftrainer_pythonpath(spec, hook_dir or str(HOST_HOOK_DIR)),
         )
     return env
 
 
-def hftrainer_pythonpath(spec: Object) -> str:
+def hftrainer_pythonpath(spec: Object, hook_dir: str) -> str:
     """The hook's directory, then the ``PYTHONPATH`` the Job's own ``env`` sets (the last literal value, as the
-    agent's environment takes it). The directory is the installed package's, visible in the sandbox through the
-    read-only host root; its ``sitecustomize.py`` takes it off the program's ``sys.path`` again."""
+    agent's environment takes it). The directory is the installed package's, visible in the bubblewrap sandbox
+    through the read-only host root and mounted read-only into a container; its ``sitecustomize.py`` takes it off
+    the program's ``sys.path`` again."""
     own = ""
     for item in spec.get("env") or []:
         if isinstance(item, dict) and item.get("name") == "PYTHONPATH" and isinstance(item.get("value"), str):
             own = item["value"]
     # An empty entry would put the working directory on the path.
-    return os.pathsep.join(entry for entry in (str(Path(__file__).parent / "hftrainer"), own) if entry)
+    return os.pathsep.join(entry for entry in (hook_dir, own) if entry)
 
 
 class Checkpointer:
@@ -452,6 +459,11 @@ class Checkpointer:
         if request is not None:
             self._status["handledRequest"] = request
         await self.report()
+
+    @property
+    def stop_failures(self) -> int:
+        """Failed tries of the current stop's checkpoint so far."""
+        return int(self._status.get("stopFailures") or 0)
 
     def count_stop_failure(self) -> int:
         self._status["stopFailures"] = int(self._status.get("stopFailures") or 0) + 1

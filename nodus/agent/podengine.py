@@ -18,7 +18,10 @@ from pathlib import Path
 
 from nodus.agent import runtime
 
-HOW_TO_FIX = "install podman, runc and catatonit (`make` runs .ci/install-system-packages) and run the agent as root"
+HOW_TO_FIX = (
+    "install podman, runc and catatonit (`make` runs .ci/install-system-packages) and run the agent as root, or "
+    "start it with --runtime bubblewrap (programs on the host's filesystem, images not pulled)"
+)
 
 
 class Engine:
@@ -28,6 +31,12 @@ class Engine:
     def __init__(self, podman: str, conf: Path) -> None:
         self.podman = podman
         self.conf = conf
+
+    @property
+    def directory(self) -> Path:
+        """The engine's own directory: podman runs there, since conmon leaves files (an ``oom`` marker) in its
+        working directory."""
+        return self.conf.parent
 
     @classmethod
     def configured(cls, work_dir: Path, podman: str | None = None) -> Engine:
@@ -68,6 +77,7 @@ class Engine:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.environment(env),
+            cwd=self.directory,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)

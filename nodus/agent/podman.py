@@ -41,7 +41,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from nodus.agent import cgroups, runtime
+from nodus.agent import cgroups, disk, runtime
 from nodus.agent.podengine import HOW_TO_FIX, Engine
 from nodus.agent.pods import Attached, Pod
 from nodus.agent.usernamespaces import UserNamespaces
@@ -52,10 +52,19 @@ log = logging.getLogger(__name__)
 class PodmanRuntime:
     name = "podman"
 
-    def __init__(self, engine: Engine, *, open_network: str = "podman", userns: UserNamespaces | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        open_network: str = "podman",
+        userns: UserNamespaces | None = None,
+        disk_interval: float = 10.0,
+    ) -> None:
         self.engine = engine
         self.open_network = open_network
         self.userns = userns or UserNamespaces()
+        # How often an attempt's ephemeral disk is measured (the kubelet's housekeeping is 10 s too).
+        self.disk_interval = disk_interval
 
     @classmethod
     def probed(cls, work_dir: Path, *, open_network: str = "podman") -> PodmanRuntime:
@@ -84,6 +93,17 @@ class PodmanRuntime:
             raise runtime.StartFailed("the container runtime needs the attempt's image")
         pod = Pod(self.engine, spec, open_network=self.open_network, userns=self.userns)
         watches: list[cgroups.OomWatch] = []
+        evictions: list[PodmanProcess] = []
+        disk_watch = None
+        if spec.limits.disk_bytes is not None:
+            limit = spec.limits.disk_bytes
+
+            def exceeded(used: int) -> None:
+                for process in evictions:
+                    process.evict("EphemeralStorageExceeded", f"{used} bytes written, over resources.disk ({limit})")
+
+            paths = disk.writable_paths(spec.layout, pod.run_dir)
+            disk_watch = disk.DiskWatch(paths, limit, exceeded, interval=self.disk_interval)
 
         def watch(pid: int) -> None:
             # Before the program runs: an OOM kill in its first milliseconds is counted too.
@@ -95,22 +115,33 @@ class PodmanRuntime:
             for sidecar in spec.sidecars:
                 await pod.start_sidecar(sidecar)
             main = await pod.start_container("main", spec.image, spec.argv, spec.env, sidecar=None, before_start=watch)
+            if disk_watch is not None:
+                for container in pod.containers:
+                    disk_watch.add_path(await disk.upper_dir(self.engine, container.name))
         except BaseException:
             for started in watches:
                 started.close()
+            if disk_watch is not None:
+                disk_watch.close()
             await asyncio.shield(pod.remove())
             raise
-        return PodmanProcess(pod, main, watches[0])
+        process = PodmanProcess(pod, main, watches[0], disk_watch)
+        if disk_watch is not None:
+            evictions.append(process)
+            disk_watch.start()
+        return process
 
 
 class PodmanProcess(runtime.HostProcess):
     """The program's container; ending it ends the pod (sidecars stopped, everything removed)."""
 
-    def __init__(self, pod: Pod, main: Attached, oom: cgroups.OomWatch) -> None:
+    def __init__(self, pod: Pod, main: Attached, oom: cgroups.OomWatch, disk_watch: disk.DiskWatch | None) -> None:
         self._pod = pod
         self._main = main
         self._oom = oom
         self._cgroup = oom.cgroup
+        self._disk = disk_watch
+        self._evicted: tuple[str, str] | None = None
         super().__init__(main.pid, pod.streams())
         self._watch()
 
@@ -121,6 +152,14 @@ class PodmanProcess(runtime.HostProcess):
             return
         for pid in self._cgroup.pids() - {self._main.pid}:
             _kill_quietly(pid, number)
+
+    def evict(self, reason: str, message: str) -> None:
+        """End the program for a limit the runtime enforces itself (the kubelet's eviction): SIGKILL, and the Exit
+        says why."""
+        if self._evicted is None and not self._ended_task().done():
+            self._evicted = (reason, message)
+            self._agent_killed = True
+            self._signal(signal.SIGKILL)
 
     def freeze(self) -> None:
         if not self._ended_task().done() and not self._cgroup.freeze():
@@ -139,6 +178,8 @@ class PodmanProcess(runtime.HostProcess):
             returncode = await self._main.wait()
         finally:
             self._oom.close()
+            if self._disk is not None:
+                self._disk.close()
             await asyncio.shield(self._pod.remove(grace=0 if self._agent_killed else None))
         if returncode > 128 and returncode - 128 in _SIGNALS:
             returncode = -(returncode - 128)
@@ -146,7 +187,15 @@ class PodmanProcess(runtime.HostProcess):
             # Killed in the instant podman was still starting it, the engine records whatever its start saw.
             returncode = -signal.SIGKILL
         exit = runtime.Exit.from_returncode(returncode, stop_requested=self._stop_requested, agent_killed=True)
-        return runtime.Exit(exit.code, exit.signal, oom_killed=self._oom.killed, stopped=exit.stopped)
+        evicted, message = self._evicted or (None, "")
+        return runtime.Exit(
+            exit.code,
+            exit.signal,
+            oom_killed=self._oom.killed,
+            stopped=exit.stopped,
+            evicted=evicted,
+            evicted_message=message,
+        )
 
 
 _SIGNALS = frozenset(int(number) for number in signal.Signals)

@@ -86,6 +86,13 @@ class Pod:
         self._range = self.userns.acquire()
         (self.run_dir / "ready").mkdir(parents=True, exist_ok=True)
         network = {"Open": self.open_network}.get(self.spec.egress.policy, "none")
+        if self.spec.host_network:
+            if self.spec.egress.policy != "Open":
+                raise runtime.StartFailed(
+                    f"a gang rank shares the host's network for its collective traffic, where egress "
+                    f"{self.spec.egress.policy} cannot be enforced: use egress Open for distributed Jobs"
+                )
+            network = "host"
         # A pod left by an agent that died mid-attempt holds the name: it is this attempt's, so it goes.
         await self.engine.run("pod", "rm", "--force", "--time", "0", self.name)
         code, _, err = await self.engine.run(
@@ -186,7 +193,7 @@ class Pod:
             process = await asyncio.create_subprocess_exec(
                 self.engine.podman, "start", "--attach", container,
                 stdin=asyncio.subprocess.DEVNULL, stdout=out_write, stderr=err_write,
-                env=self.engine.environment(), start_new_session=True,
+                env=self.engine.environment(), start_new_session=True, cwd=self.engine.directory,
             )  # fmt: skip
         finally:
             os.close(out_write)
@@ -222,6 +229,9 @@ class Pod:
         if layout.progress.is_file():
             flags += ["--volume", f"{layout.progress}:{PROGRESS_FILE}:rw,U"]
         flags += ["--volume", f"{self.run_dir}:{SANDBOX_RUN_DIR}:rw,U"]
+        if spec.host_network:
+            # A user namespace cannot mount a sysfs for the host's network namespace: the host's, read-only.
+            flags += ["--volume", "/sys:/sys:ro"]
         if spec.bind_working_dir:
             flags += ["--volume", f"{layout.workdir}:{spec.working_dir}:rw,U"]
         for mount in spec.mounts:

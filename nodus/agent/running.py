@@ -22,13 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
+from nodus.agent import (
+    attemptdecisions as decisions,
+)
 from nodus.agent import (
     checkpointing,
     collecting,
@@ -53,7 +57,7 @@ from nodus.agent.contract import (
 )
 from nodus.agent.layout import PROGRESS_FILE, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
-from nodus.agent.runtime import ContainerImage, Exit, Process, RunSpec, Runtime, Sidecar
+from nodus.agent.runtime import ContainerImage, Exit, Mount, Process, RunSpec, Runtime, Sidecar
 from nodus.agent.shipping import LogShipper
 from nodus.apimachinery import imagerefs, units
 from nodus.client import Client, errors
@@ -64,6 +68,8 @@ log = logging.getLogger("nodus.agent")
 
 INIT_CONTAINER = "init"
 MESSAGE_LINES = 3
+_PROGRESS_DELAYS = (0.2, 0.5, 1, 2, 5, 5, 5, 10, 10, 10)
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 
 
 @dataclass(frozen=True)
@@ -84,20 +90,13 @@ class AttemptRun:
     runtime: Runtime
     host: HostFacts
     process: Process | None = None
-    stop_reason: str | None = None
-    lost_reason: str | None = None
     task: asyncio.Task[None] | None = None
     checkpointer: checkpointing.Checkpointer | None = None
+    # Every stop decision is made by nodus.agent.attemptdecisions from this state; the event mirrors its `pending`.
+    stop: decisions.StopState = field(default_factory=decisions.StopState)
     _tail: deque[str] = field(default_factory=lambda: deque(maxlen=MESSAGE_LINES))
-    _stop_checkpoint: bool = False
-    _stop_deadline: datetime | None = None
-    _stop_requested_time: str | None = None
-    _stop_withdrawn: bool = False
-    # The requestedTime of a stop given up after its checkpoint failed three times: not tried again.
-    _abandoned_stop: str | None = None
     _cadence: asyncio.Task[None] | None = None
     _requests: set[asyncio.Task[bool]] = field(default_factory=set)
-    _stop_grace: float = 30.0
     _stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Secret values (and their lines) never leave the host in a log line or a message, even if printed.
     _masked: list[str] = field(default_factory=list, repr=False)
@@ -113,6 +112,14 @@ class AttemptRun:
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"attempt {self.namespace}/{self.name}")
 
+    @property
+    def stop_reason(self) -> str | None:
+        return self.stop.stop_reason
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self.stop.lost_reason
+
     def request_stop(
         self,
         reason: str,
@@ -125,27 +132,21 @@ class AttemptRun:
     ) -> None:
         """Stop the program (SIGTERM, SIGKILL after the grace). With ``lost_reason`` the host is going
         away, and the attempt ends ``Lost`` rather than ``Stopped``; with notice (a grace) a Checkpointed
-        attempt checkpoints first. ``checkpoint`` asks for a checkpoint before a stop (until ``deadline``)."""
-        if lost_reason is not None and self.lost_reason is None:
-            self.lost_reason = lost_reason
-            if grace_seconds > 1:
-                self._stop_checkpoint = True
-                self._stop_deadline = units.now() + timedelta(seconds=grace_seconds * 0.8)
-                self._stop_grace = grace_seconds * 0.2
-            elif self.stop_reason is not None:
-                self._stop_grace = min(self._stop_grace, grace_seconds)
-            self._stop_requested.set()
-        if self.stop_reason is not None or (requested_time is not None and requested_time == self._abandoned_stop):
-            return
-        self.stop_reason, self._stop_requested_time, self._stop_withdrawn = reason, requested_time, False
-        if lost_reason is None:
-            self._stop_grace, self._stop_checkpoint, self._stop_deadline = grace_seconds, checkpoint, deadline
-        self._stop_requested.set()
+        attempt checkpoints first. ``checkpoint`` asks for a checkpoint before a stop (until ``deadline``).
+        The decisions are ``attemptdecisions.requested``'s."""
+        request = decisions.StopRequest(reason, grace_seconds, lost_reason, checkpoint, deadline, requested_time)
+        self._apply(decisions.requested(self.stop, request, units.now()))
 
     def withdraw_stop(self) -> None:
         """The stop request was taken back (a suspend undone) before the program was stopped: keep running."""
-        if self.stop_reason is not None and self.lost_reason is None:
-            self._stop_withdrawn = True
+        self._apply(decisions.withdrawn(self.stop))
+
+    def _apply(self, state: decisions.StopState) -> None:
+        self.stop = state
+        if state.pending:
+            self._stop_requested.set()
+        else:
+            self._stop_requested.clear()
 
     def update(self, attempt: Object) -> None:
         """The attempt as the API server has it now: answer a new ``spec.checkpointRequest``."""
@@ -327,11 +328,17 @@ class AttemptRun:
     ) -> None:
         spec = self.attempt.get("spec") or {}
         working_dir, bind_working_dir = containerizing.working_dir_for(spec, pulled.image if pulled else None)
+        mounts = tuple(prepared.mounts)
+        hook_dir = None
+        if pulled is not None and policy is not None and policy.integration == "HFTrainer":
+            # The hook is the agent's package: a container sees it only where it is mounted.
+            hook_dir = checkpointing.CONTAINER_HOOK_DIR
+            mounts += (Mount(checkpointing.HOST_HOOK_DIR, hook_dir, read_only=True),)
         ready: Object = {} if spec.get("initCommand") else _inputs_ready(prepared)
         env = {
             **environment(self.attempt, self.host),
             **prepared.env,
-            **checkpointing.environment(spec, policy),
+            **checkpointing.environment(spec, policy, hook_dir=hook_dir),
             **(gang.env if gang is not None else {}),
             "NODUS_PROGRESS_FILE": PROGRESS_FILE,
         }
@@ -347,6 +354,7 @@ class AttemptRun:
                 "limits": containerizing.limits_for(spec),
                 "devices": devices,
                 "bind_working_dir": bind_working_dir,
+                "host_network": gang is not None,
             }
         base = RunSpec(
             argv=argv,
@@ -354,7 +362,7 @@ class AttemptRun:
             working_dir=working_dir,
             layout=layout,
             hidden=self.host.hidden,
-            mounts=tuple(prepared.mounts),
+            mounts=mounts,
             egress=egress_of(spec, self.host),
             **container,
         )
@@ -411,12 +419,7 @@ class AttemptRun:
             return exc
 
     async def _report_stopped_early(self) -> None:
-        if self.lost_reason is not None:
-            await self._report(phase="Lost", reason=self.lost_reason, message="The host went away.", finishTime=_now())
-        else:
-            await self._report(
-                phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", finishTime=_now()
-            )
+        await self._report_terminal(decisions.stopped_early(self.stop), {"finishTime": _now()})
 
     async def _init(self, init: Object, base: RunSpec, shipper: LogShipper) -> bool:
         """Run ``spec.initCommand`` to its end; False (and the attempt reported) unless it exited 0."""
@@ -525,56 +528,52 @@ class AttemptRun:
     async def _stop_when_asked(self, process: Process) -> None:
         while True:
             await self._stop_requested.wait()
-            if self.checkpointer is None or not self._stop_checkpoint or await self._checkpoint_before_stop():
+            plan = decisions.checkpoint_plan(
+                self.stop, self.attempt.get("spec") or {}, checkpointed=self.checkpointer is not None
+            )
+            if plan == "none" or await self._checkpoint_before_stop(plan):
                 break
             # Given up (or withdrawn): the program keeps running, with its cadence, until another stop.
-            self._stop_requested.clear()
-            self.stop_reason, self._stop_checkpoint, self._stop_deadline = None, False, None
             self._start_cadence()
-        grace = self._stop_grace
-        if self._stop_deadline is not None and self.lost_reason is None:
-            grace = min(grace, max((self._stop_deadline - units.now()).total_seconds(), 0.0))
-        await process.stop(grace)
+        await process.stop(decisions.grace(self.stop, units.now()))
 
-    async def _checkpoint_before_stop(self) -> bool:
-        """Checkpoint before the stop; True to stop now, False to keep running (given up or withdrawn).
-
-        A host going away gets one try within its notice. A requested stop is tried three times (DECISIONS:
-        suspendFailures); one with a deadline (money) stops without its checkpoint once the deadline passes."""
+    async def _checkpoint_before_stop(self, plan: decisions.CheckpointPlan) -> bool:
+        """Carry out ``plan`` (attemptdecisions.checkpoint_plan); True to stop now, False to keep running (the
+        suspend's checkpoint given up or withdrawn, recorded with attemptdecisions.given_up)."""
         checkpointer = self.checkpointer
         assert checkpointer is not None
         await self._stop_cadence()
         for task in list(self._requests):
             task.cancel()
-        if self.lost_reason is not None and (self.attempt.get("spec") or {}).get("gang"):
+        if plan == "gang-notice":
             await self._gang_checkpoint_on_notice(checkpointer)
             return True
-        if self.lost_reason is not None:
-            await checkpointer.take(
-                "Preemption" if self.lost_reason == "Preempted" else "HostGone", self._stop_deadline
-            )
+        if plan == "notice":
+            await checkpointer.take(decisions.notice_kind(self.stop), self.stop.deadline)
             return True
         delay = 1.0 * checkpointer.time_scale
         checkpointer.reset_stop_failures()
         while True:
-            if self._stop_withdrawn:
+            if self.stop.lost_reason is not None:
+                return True  # the host's notice arrived meanwhile: it is not taken back by a withdrawal
+            if self.stop.withdrawn:
+                self._apply(decisions.given_up(self.stop, abandoned=False))
                 return False
             # A gang rank's checkpoint before a stop is its shard of a gang checkpoint: every rank's stop has the same
             # requestedTime, which matches the shards up.
-            gang_request = self._stop_requested_time if (self.attempt.get("spec") or {}).get("gang") else None
-            if await checkpointer.take("Suspend", self._stop_deadline, request=gang_request):
+            gang_request = self.stop.requested_time if (self.attempt.get("spec") or {}).get("gang") else None
+            if await checkpointer.take("Suspend", self.stop.deadline, request=gang_request):
                 if checkpointer.reset_stop_failures():
                     await checkpointer.report()
                 return True
-            if self.lost_reason is not None:
-                return True
-            if self._stop_deadline is not None and units.now() >= self._stop_deadline:
+            after = decisions.after_failed_checkpoint(self.stop, checkpointer.stop_failures + 1, units.now())
+            if after == "stop":
                 return True
             failures = checkpointer.count_stop_failure()
             await checkpointer.report()
-            if failures >= checkpointing.STOP_TRIES:
+            if after == "keep-running":
                 log.warning("attempt %s: the stop's checkpoint failed %d times; it keeps running", self.name, failures)
-                self._abandoned_stop = self._stop_requested_time
+                self._apply(decisions.given_up(self.stop, abandoned=True))
                 return False
             await asyncio.sleep(delay)
             delay *= 2
@@ -586,7 +585,7 @@ class AttemptRun:
         until 80 % of the notice has gone, before its program is stopped."""
         notice = _now()
         await self._report(gang={"notice": notice})
-        while self._stop_deadline is None or units.now() < self._stop_deadline:
+        while self.stop.deadline is None or units.now() < self.stop.deadline:
             if checkpointer.handled(notice):
                 return
             await asyncio.sleep(0.1)
@@ -594,44 +593,37 @@ class AttemptRun:
 
     async def _report_end(self, ended: Exit, layout: AttemptLayout, prepared: Prepared) -> None:
         base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}
-        if ended.code == 0 and not ended.stopped and self.lost_reason is None:
+        interruptible = ((self.attempt.get("status") or {}).get("placement") or {}).get("interruptible")
+        end = decisions.terminal(self.stop, ended, interruptible)
+        if end.collect_outputs:
             try:
                 collected = await collecting.collect(self.client, self.attempt, layout, prepared)
             except PrepareFailed as exc:
-                await self._report(phase="Failed", reason=exc.reason, message=scrub(str(exc), 2000), **base)
+                await self._report_terminal(decisions.Terminal("Failed", exc.reason, scrub(str(exc), 2000)), base)
                 return
-            extra: Object = {}
             if collected.outputs:
-                extra["outputs"] = collected.outputs
+                base["outputs"] = collected.outputs
             if collected.volumes:
-                extra["volumes"] = collected.volumes
-            await self._report(phase="Succeeded", reason="Completed", message="Exit code 0.", **base, **extra)
-            return
-        if self.lost_reason == "Preempted":
-            interruptible = ((self.attempt.get("status") or {}).get("placement") or {}).get("interruptible")
-            capacity = "interruptible capacity" if interruptible else "on-demand capacity"
-            message = f"The provider reclaimed the host ({capacity}); the program was stopped before it went away."
-            await self._report(phase="Lost", reason="Preempted", message=message, **base)
-        elif self.lost_reason is not None:
-            message = "The host went away; the program was stopped before it did."
-            await self._report(phase="Lost", reason=self.lost_reason, message=message, **base)
-        elif ended.stopped and self.stop_reason is not None:
-            await self._report(phase="Stopped", reason="Stopped", message=f"Stopped ({self.stop_reason}).", **base)
-        elif ended.oom_killed:
-            await self._report(
-                phase="Failed", reason="OOMKilled", message=self._failure("Killed: out of memory."), **base
-            )
-        else:
-            how = f"Exit code {ended.code}." if ended.code is not None else f"Killed by signal {ended.signal}."
-            await self._report(phase="Failed", reason="Error", message=self._failure(how), **base)
+                base["volumes"] = collected.volumes
+        await self._report_terminal(end, base)
+
+    async def _report_terminal(self, end: decisions.Terminal, extra: Object) -> None:
+        """The terminal report, level-triggered: sent until the API server has it (or the Attempt is gone), never
+        given up after a few tries, since the Job waits on it (ADR 0043)."""
+        message = self._failure(end.message) if end.with_log_tail else end.message
+        await self._report(phase=end.phase, reason=end.reason, message=message, terminal=True, **extra)
 
     def _failure(self, how: str) -> str:
         lines = list(self._tail)
         return how + (" Last log lines:\n" + "\n".join(lines) if lines else "")
 
-    async def _report(self, **changes: Any) -> None:
+    async def _report(self, *, terminal: bool = False, **changes: Any) -> None:
+        """PATCH the Attempt's status with ``changes``. Retried with back-off: ten times for progress, and until it
+        lands for a ``terminal`` report (a lost response is harmless: the same patch again changes nothing)."""
+        terminal = terminal or changes.get("phase") in _TERMINAL_PHASES
         patch = {"status": {k: v for k, v in changes.items() if v is not None}}
-        for delay in (0.2, 0.5, 1, 2, 5, 5, 5, 10, 10, 10):
+        delays = itertools.chain((0.2, 0.5, 1, 2, 5), itertools.repeat(10)) if terminal else iter(_PROGRESS_DELAYS)
+        for delay in delays:
             try:
                 await self.client.patch("attempts", self.name, patch, self.namespace, subresource="status")
                 return

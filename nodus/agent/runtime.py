@@ -11,10 +11,12 @@ The exit model is exact, because Attempt status reports it (``exitCode``, ``sign
   set. The sandbox must never mask one as the other (a shell's ``128 + n`` is not a signal death).
 - ``stopped`` says the agent asked for the end (``stop()`` or ``kill()`` was called before the end
   was seen). A stopped program may still exit 0 after SIGTERM; that is a clean stop, not a success.
-- ``oom_killed``: the local runtime cannot see cgroup OOM events, so it uses the one signal that
-  tells: the kernel's OOM killer ends a process with SIGKILL, and SIGKILL cannot be caught, so a
-  SIGKILL death the agent did not send is reported ``oom_killed=True``. A person running
-  ``kill -9`` by hand is misreported as OOM; that is the price of not watching cgroups here.
+- ``oom_killed``: the container runtime reads it from the kernel (the container's memory cgroup,
+  ``nodus.agent.cgroups``). The bubblewrap runtime cannot see cgroup OOM events, so it uses the one
+  signal that tells: a SIGKILL death the agent did not send is reported ``oom_killed=True`` (a person
+  running ``kill -9`` by hand is misreported as OOM there).
+- ``evicted``: the container runtime ended the program for exceeding its ephemeral disk
+  (``EphemeralStorageExceeded``, ``nodus.agent.disk``).
 
 What the sandbox adds to the command (each refused by ``unsandboxed`` with a StartFailed, since a
 plain process could not honour it):
@@ -171,6 +173,9 @@ class RunSpec:
     devices: tuple[str, ...] = ()
     # False: the working directory is the image's own (its WORKDIR), not backed by layout.workdir.
     bind_working_dir: bool = True
+    # A gang rank: the pod shares the host's network namespace (ADR 0041), where its peers reach the rendezvous
+    # and the collective traffic (NCCL picks its own ports) at the host's advertised address. Egress Open only.
+    host_network: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,10 @@ class Exit:
     signal: int | None
     oom_killed: bool
     stopped: bool
+    # Why the runtime itself ended the program, when it did for a limit of its own (``EphemeralStorageExceeded``),
+    # with what it measured; None otherwise.
+    evicted: str | None = None
+    evicted_message: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -209,7 +218,9 @@ class Exit:
                 name = "unknown signal"
             text = f"killed by signal {self.signal} ({name})"
         if self.oom_killed:
-            text += ", presumably by the out-of-memory killer"
+            text += ", by the out-of-memory killer"
+        if self.evicted:
+            text += f", evicted ({self.evicted_message or self.evicted})"
         if self.stopped:
             text += " after the agent stopped it"
         return text
@@ -276,21 +287,21 @@ class Runtime(Protocol):
 
 
 def select_runtime(requested: str, work_dir: Path | None = None) -> Runtime:
-    """The runtime for ``--runtime``: ``auto`` and ``bubblewrap`` need a working bwrap (probed once per
-    agent process; RuntimeUnavailable says why not), ``unsandboxed`` runs without isolation.
+    """The runtime for ``--runtime``: ``auto`` and ``podman`` run every attempt in its image and need a working
+    podman (RuntimeUnavailable says why not); ``bubblewrap`` sandboxes programs on the host's filesystem without
+    pulling images, ``unsandboxed`` runs them as plain processes (ADR 0040).
 
-    ``auto`` never falls back to ``unsandboxed`` silently: running customer code unisolated is a
-    choice an operator makes by name.
+    ``auto`` never falls back to a runtime that ignores the image: running a Job on the host's filesystem instead of
+    its image is a choice an operator makes by name.
     """
-    # Imported here: both implementations import this module for the interface.
+    # Imported here: the implementations import this module for the interface.
     from nodus.agent.bubblewrap import BubblewrapRuntime
     from nodus.agent.podman import PodmanRuntime
     from nodus.agent.unsandboxed import UnsandboxedRuntime
 
-    if requested == "podman":
-        return PodmanRuntime.probed(work_dir or Path("/var/lib/nodus/agent"))
-
-    if requested in ("auto", "bubblewrap"):
+    if requested in ("auto", "podman"):
+        return PodmanRuntime.probed(work_dir or Path("/var/lib/nodus/agent/engine"))
+    if requested == "bubblewrap":
         return BubblewrapRuntime.probed()
     if requested == "unsandboxed":
         return UnsandboxedRuntime()

@@ -124,10 +124,19 @@ def torch_version(pyproject: Path = PYPROJECT) -> str:
     return match.group(1)
 
 
+def companions(pyproject: Path = PYPROJECT) -> list[str]:
+    """What the PyTorch image holds beside torch: transformers and accelerate as pyproject.toml's test extra pins
+    them (a Hugging Face Trainer runs in the image, as ``integration: HFTrainer`` expects)."""
+    text = pyproject.read_text(encoding="utf-8")
+    return [match.group(1) for match in re.finditer(r'"((?:transformers|accelerate)[<>=!~][^"]*)"', text)]
+
+
 def pytorch_tag(version: str | None = None) -> str:
-    """The PyTorch image's tag: the torch version and a hash of it with the base tag (``2.13.0-1a2b3c4d5e6f``)."""
+    """The PyTorch image's tag: the torch version and a hash of it with the base tag and the companions
+    (``2.13.0-1a2b3c4d5e6f``)."""
     version = version or torch_version()
-    digest = hashlib.sha256(json.dumps({"base": tag(), "torch": version}).encode()).hexdigest()[:12]
+    recipe = {"base": tag(), "torch": version, "companions": companions()}
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     return f"{version}-{digest}"
 
 
@@ -172,11 +181,15 @@ def _build_pytorch(cache: Path, reference: str, archive: Path) -> None:
         context = Path(scratch)
         wheels = context / "wheels"
         _download_wheels(f"torch=={version}", wheels)
-        site = context / "site"
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+        if companions():
+            # The torch wheel fetched above satisfies their dependency on torch (never PyPI's CUDA build).
+            download = ["download", "--only-binary=:all:", "--find-links", str(wheels), "--dest", str(wheels)]
+            _run([*pip, *download, f"torch=={version}", *companions()], "pip download (transformers, accelerate)")
+        site = context / "site"
         # --no-index with the downloaded wheels only: what is unpacked is exactly what was fetched above.
         install = ["install", "--no-index", "--find-links", str(wheels), "--target", str(site), "--no-compile"]
-        _run([*pip, *install, f"torch=={version}"], "pip install --target")
+        _run([*pip, *install, f"torch=={version}", *companions()], "pip install --target")
         shutil.rmtree(site / "bin", ignore_errors=True)
         (context / "torchrun").write_text(_TORCHRUN)
         (context / "Containerfile").write_text(

@@ -96,20 +96,20 @@ def preempt(notice: float) -> StopRequest:
         pytest.param(
             IDLE,
             StopRequest("HostGone", 0, lost_reason="NodeLost"),
-            StopState("HostGone", "NodeLost", False, None, None, False, None, 30, True),
-            id="no notice from idle: no checkpoint, the default grace stays (today's behaviour)",
+            StopState("HostGone", "NodeLost", False, None, None, False, None, 0, True),
+            id="no notice from idle: no checkpoint, no grace beyond the notice",
         ),
         pytest.param(
             IDLE,
             StopRequest("HostGone", 1, lost_reason="NodeLost"),
-            StopState("HostGone", "NodeLost", False, None, None, False, None, 30, True),
-            id="notice of exactly 1 s: no checkpoint",
+            StopState("HostGone", "NodeLost", False, None, None, False, None, 1, True),
+            id="notice of exactly 1 s: no checkpoint, 1 s of grace",
         ),
         pytest.param(
             ABANDONED,
             StopRequest("AttemptDeleted", 0, lost_reason="AttemptDeleted"),
-            StopState("AttemptDeleted", "AttemptDeleted", False, None, None, False, "t1", 10, True),
-            id="deleted after a given-up suspend: a given-up stop's grace stays",
+            StopState("AttemptDeleted", "AttemptDeleted", False, None, None, False, "t1", 0, True),
+            id="deleted after a given-up suspend: no grace beyond the notice",
         ),
         pytest.param(PREEMPTED, StopRequest("HostGone", 0, lost_reason="NodeLost"), PREEMPTED, id="host lost twice"),
         pytest.param(
@@ -153,8 +153,8 @@ def preempt(notice: float) -> StopRequest:
         pytest.param(
             replace(SUSPENDING, withdrawn=True),
             preempt(50),
-            replace(SUSPENDING, withdrawn=True, lost_reason="Preempted", deadline=at(40), grace_seconds=10),
-            id="host going away after a withdrawal: the withdrawn mark stays (a race today's loop has)",
+            replace(SUSPENDING, withdrawn=False, lost_reason="Preempted", deadline=at(40), grace_seconds=10),
+            id="host going away after a withdrawal: a host's stop is not withdrawn",
         ),
         pytest.param(
             IDLE,

@@ -87,14 +87,15 @@ async def test_stop_reaches_every_process_and_kill_ends_the_namespace(
 ) -> None:
     # A child in a session of its own saves its work on SIGTERM; the shell waits for it.
     script = (
-        "setsid sh -c 'trap \"echo saved > /nodus/outputs/saved; exit 0\" TERM; while :; do sleep 0.1; done' & "
-        "trap 'wait; exit 0' TERM; echo up; wait"
+        "trap 'wait; exit 0' TERM; "
+        'setsid sh -c \'trap "echo saved > /nodus/outputs/saved; exit 0" TERM; touch /nodus/outputs/trapped; '
+        "while :; do sleep 0.1; done' & echo up; wait"
     )
     process = await containers.start(shell(layout, base_image, script))
     lines = asyncio.create_task(drained(process.lines()))
-    while not (layout.nodus_dir / "outputs").exists():
+    # The child has its trap once it says so (a busy machine may take a while to get there).
+    while not (layout.nodus_dir / "outputs" / "trapped").exists():
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)
     ended = await asyncio.wait_for(process.stop(30), HANG_GUARD)
     assert ended.stopped and ended.code == 0, ended
     assert (layout.nodus_dir / "outputs" / "saved").read_text() == "saved\n"
@@ -197,3 +198,27 @@ async def test_hostile_mount_paths_are_refused(
     mount = runtime.Mount(source=tmp_path, target="/data:/etc", read_only=True)
     with pytest.raises(runtime.StartFailed, match="':' or ','"):
         await containers.start(shell(layout, base_image, "true", mounts=(mount,)))
+
+
+async def test_a_program_writing_past_its_disk_is_evicted(
+    containers: runtime.Runtime, base_image: runtime.ContainerImage, layout: AttemptLayout
+) -> None:
+    from nodus.agent.podman import PodmanRuntime
+
+    assert isinstance(containers, PodmanRuntime)
+    quick = PodmanRuntime(containers.engine, userns=containers.userns, disk_interval=0.2)
+    # Written to the image's own filesystem: its writable layer counts, as the attempt's directories do.
+    script = "dd if=/dev/zero of=/var/tmp/fill bs=1M count=60 2>/dev/null; sleep 300"
+    _, ended = await run(quick, shell(layout, base_image, script, limits=runtime.Limits(disk_bytes=20 * MIB)))
+    assert (ended.evicted, ended.signal) == ("EphemeralStorageExceeded", signal.SIGKILL), ended
+    assert "over resources.disk" in ended.evicted_message
+    _, ended = await run(
+        quick,
+        shell(
+            layout,
+            base_image,
+            "dd if=/dev/zero of=/var/tmp/fill bs=1M count=5",
+            limits=runtime.Limits(disk_bytes=20 * MIB),
+        ),
+    )
+    assert ended.succeeded and ended.evicted is None, ended

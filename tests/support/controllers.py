@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from tests.support import images
 from tests.support.cluster import Cluster
 
 # An offering whose hosts take a while to boot, so that a test can catch one booting.
@@ -104,11 +105,19 @@ def start(cluster: Cluster, directory: Path, identity: str, extra_args: tuple[st
         str(directory / "hosts"),
         *TEST_FLAGS,
         *control_plane_database(cluster.database_url),
+        *images_flags(),
         *extra_args,
     ]
     with log_file.open("ab") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     return ControllerProcess(process, log_file, identity)
+
+
+def images_flags() -> tuple[str, ...]:
+    """Every Job runs in its image (ADR 0040): the simulated agents run podman and pull from the session's registry
+    over plain HTTP, where the tests' base image is pushed once."""
+    images.registry_python_image()
+    return ("--sim-runtime", "podman", "--sim-agent-insecure-registry", images.session_registry().address)
 
 
 def control_plane_database(database_url: str) -> tuple[str, ...]:

@@ -53,3 +53,13 @@ def registry_python_image() -> str:
     registry = session_registry()
     registry.push(base_image(), PYTHON)
     return f"{registry.address}/{PYTHON}"
+
+
+@functools.cache
+def registry_pytorch_image() -> str:
+    """``<address>/nodus/pytorch:<torch version>``: the PyTorch image (torch, transformers, accelerate), built once per
+    machine and pushed to :func:`session_registry` once per session (about 1 GB: the tests that train use it)."""
+    registry = session_registry()
+    name = f"nodus/pytorch:{devimages.torch_version()}"
+    registry.push(pytorch_image(), name)
+    return f"{registry.address}/{name}"

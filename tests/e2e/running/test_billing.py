@@ -15,6 +15,7 @@ import pytest
 
 from nodus.apimachinery import money
 from tests.e2e.running.conftest import Running
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +29,7 @@ def create_job(running: Running, project: str, name: str, script: str, **extra: 
         "kind": "Job",
         "metadata": {"name": name},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["/bin/sh", "-c", script],
             "resources": {"cpu": "1"},
             "placement": {"offerings": ["cpu-8c-us"]},
@@ -117,7 +118,12 @@ def first_hold(running: Running, project: str, **extra: Any) -> Decimal:
         "apiVersion": "nodus.dev/v1",
         "kind": "Job",
         "metadata": {"name": "priced"},
-        "spec": {"image": "python:3.12-slim", "command": ["true"], "placement": {"offerings": ["cpu-8c-us"]}, **extra},
+        "spec": {
+            "image": registry_python_image(),
+            "command": ["true"],
+            "placement": {"offerings": ["cpu-8c-us"]},
+            **extra,
+        },
     }
     with running.client() as client:
         answered = client.post(f"{API}/namespaces/{project}/jobs", params={"dryRun": "All"}, json=body)
@@ -152,7 +158,8 @@ def test_a_job_waits_for_credit_and_starts_once_it_is_granted(running: Running) 
     done = running.wait_phase(project, "unfunded", "Succeeded", "Failed", timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert {c["type"]: c["status"] for c in done["status"]["conditions"]}["Funded"] == "True"
-    assert len(running.attempts(project, "unfunded")) == 2  # one per index: the one that waited then ran
+    attempts = running.attempts(project, "unfunded")
+    assert len(attempts) == 2, [(a["metadata"]["name"], a["status"]) for a in attempts]  # one per index
     with running.client() as client:
         assert "ran-once-funded" in client.get(f"{API}/namespaces/{project}/jobs/unfunded/log").text
 

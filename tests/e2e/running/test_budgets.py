@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_billing import verify
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +37,7 @@ def job(name: str, team: str, **spec: Any) -> dict[str, Any]:
         "kind": "Job",
         "metadata": {"name": name, "labels": {"team": team}},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["/bin/sh", "-c", f"echo {name}-ran"],
             "resources": {"cpu": "1"},
             "placement": {"offerings": ["cpu-8c-us"]},

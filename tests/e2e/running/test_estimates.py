@@ -15,6 +15,7 @@ import yaml
 
 from nodus.apimachinery import estimates
 from tests.e2e.running.conftest import Running
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +27,7 @@ def job(name: str, script: str = "echo estimated", **extra: Any) -> dict[str, An
         "kind": "Job",
         "metadata": {"name": name},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["/bin/sh", "-c", script],
             "resources": {"cpu": "1"},
             "placement": {"offerings": ["cpu-8c-us"]},

@@ -26,8 +26,9 @@ from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_billing import charge, verify
 from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create, kubectl, patch_spec
-from tests.e2e.running.test_recovery import PYTHON, skip_unless_the_sandbox_sees_this_python
+from tests.e2e.running.test_recovery import PYTHON
 from tests.support.controllers import GANG_FINE, GANG_HANGS, GANG_SIX
+from tests.support.images import registry_python_image, registry_pytorch_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -82,10 +83,14 @@ def gang_status(running: Running, project: str, job: str) -> dict[str, Any]:
 @pytest.mark.timeout(900)
 @pytest.mark.slow  # about 50 s of real torch training: in the slow tier, which CI runs after `make test` (.ci/run)
 def test_a_two_node_torchrun_gang_restarts_from_its_dcp_checkpoint_with_the_same_weights(running: Running) -> None:
-    skip_unless_the_sandbox_sees_this_python()
     project = running.project()
     steps = 80
-    spec = gang(2, ["l4-24g-x1-eu"], [sys.executable, str(TRAIN), str(steps), "0.25"], launcher="Torchrun")
+    # The program is this checkout's file: the init command writes it into the working directory of each rank's
+    # container (the PyTorch image holds torch, not the tests).
+    spec = gang(2, ["l4-24g-x1-eu"], ["python3", "/workspace/train_gang.py", str(steps), "0.25"], launcher="Torchrun")
+    spec["image"] = registry_pytorch_image()
+    spec["env"] = [{"name": "TRAIN_SOURCE", "value": TRAIN.read_text()}]
+    spec["initCommand"] = {"command": ["sh", "-c", 'printf "%s" "$TRAIN_SOURCE" > /workspace/train_gang.py']}
     spec["distributed"]["startupTimeout"] = "30m"  # 36 s here: torch imports on a busy machine
     spec["recovery"] = {"checkpoint": {"interval": "2m"}}  # 6 s here
     spec["outputs"] = [{"name": "weights", "path": "/nodus/outputs/weights.json", "fromRanks": "All"}]
@@ -203,7 +208,7 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
         "apiVersion": "nodus.dev/v1",
         "kind": "Job",
         "metadata": {"name": "first"},
-        "spec": {"image": "python:3.12-slim", **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "6"])},
+        "spec": {"image": registry_python_image(), **gang(4, [GANG_SIX], [PYTHON, "-c", CONTRACT, "6"])},
     }
     kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 

@@ -4,16 +4,14 @@ preempted with notice, saves ``checkpoint-N`` when asked, and its replacement re
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-from nodus.agent import checkpointing
 from tests.agent.test_hftrainer import TRAIN
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_jobs import create
-from tests.e2e.running.test_recovery import attempt_log, by_number, nodus, skip_unless_the_sandbox_sees_this_python
+from tests.e2e.running.test_recovery import attempt_log, by_number, nodus
+from tests.support.images import registry_pytorch_image
 
 pytestmark = pytest.mark.e2e
 
@@ -21,17 +19,15 @@ STEPS = 150
 
 
 def test_a_preempted_trainer_resumes_from_the_checkpoint_it_saved_in_the_notice(running: Running) -> None:
-    # transformers is in the test's venv and the hook in this checkout: both must be visible in the sandbox.
-    skip_unless_the_sandbox_sees_this_python()
-    if Path(checkpointing.__file__).resolve().is_relative_to("/tmp"):
-        pytest.skip("this checkout is under /tmp, which the agent's sandbox replaces with a private one")
+    # torch and transformers are in the PyTorch image; the agent mounts its hook into the container (ADR 0040).
     project = running.project()
     create(
         running,
         project,
         "hf",
-        # The program's file is in /tmp on the host, which the sandbox does not see: pass it inline.
-        command=[sys.executable, "-c", TRAIN, str(STEPS), "0.05", "-"],
+        # The program's file is on the host, which the container does not see: pass it inline.
+        image=registry_pytorch_image(),
+        command=["python3", "-c", TRAIN, str(STEPS), "0.05", "-"],
         resources={"cpu": "1"},
         env=[{"name": "HF_HUB_OFFLINE", "value": "1"}],
         # No interval checkpoint before the notice: the Trainer answers the notice's request.

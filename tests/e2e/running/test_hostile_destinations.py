@@ -24,11 +24,12 @@ import pytest
 from nodus.storage import database
 from tests.e2e.running.conftest import Running
 from tests.support import cluster as clusters
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
 
-IMAGE = "python:3.12-slim"
+IMAGE = registry_python_image()
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import zstandard
 
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_dataplane import PYTHON, create, finished, log_of, run_job, succeeded
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -58,7 +59,7 @@ def test_an_output_path_with_dot_dot_is_refused_at_create(running: Running) -> N
         "kind": "Job",
         "metadata": {"name": "escape"},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["true"],
             "outputs": [{"name": "keys", "path": "/nodus/outputs/../../../../secret-keys"}],
         },
@@ -155,7 +156,7 @@ def test_links_in_the_checkpoint_directory_leave_host_files_unchanged(running: R
             "kind": "Job",
             "metadata": {"name": "planter"},
             "spec": {
-                "image": "python:3.12-slim",
+                "image": registry_python_image(),
                 "command": [PYTHON, "-c", PLANT_CHECKPOINT_LINKS, *(str(p) for p in canaries.values())],
                 "resources": {"cpu": "1"},
                 "recovery": {"checkpoint": {"interval": "1m"}},

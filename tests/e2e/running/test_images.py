@@ -41,9 +41,14 @@ class Images:
     digest: str
 
 
+# Images the tests commit, removed with the module's cluster.
+COMMITTED: list[str] = []
+
+
 def commit(changes: list[str], env: str) -> str:
     """A local image: the base image with ``changes`` (Containerfile instructions) and ``MARK=env``."""
     name = f"localhost/nodus-test/derived:{uuid.uuid4().hex[:8]}"
+    COMMITTED.append(name)
     flags = [flag for change in [*changes, f"ENV MARK={env}"] for flag in ("--change", change)]
     container = subprocess.run(
         [*PODMAN, "create", base_image(), "true"], check=True, capture_output=True, text=True
@@ -72,7 +77,7 @@ def images(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
         Keyring.generate(keys)
         extra = ("--secret-key-file", str(keys), "--allow-loopback-endpoints", "--watch-bookmark-interval", "1s")
         cluster = clusters.start(directory, url, extra_args=extra, migrate=False)
-        flags = ["--sim-runtime", "podman"]
+        flags = []
         for registry in (open_registry, private):
             flags += ["--sim-agent-insecure-registry", registry.address]
         leader = controllers.start(cluster, directory, "images", tuple(flags))
@@ -86,6 +91,8 @@ def images(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
             leader.stop()
             controllers.kill_leftover_agents(directory)
             cluster.stop()
+            if COMMITTED:
+                subprocess.run([*PODMAN, "rmi", "--force", *COMMITTED], check=False, capture_output=True)
 
 
 def create(running: Running, project: str, name: str, image: str, **spec: Any) -> None:
@@ -96,8 +103,11 @@ def create(running: Running, project: str, name: str, image: str, **spec: Any) -
 
 
 def log(running: Running, project: str, name: str) -> str:
+    """The Job's log so far ("" while it has no attempt yet)."""
     with running.client() as client:
         response = client.get(f"{API}/namespaces/{project}/jobs/{name}/log")
+        if response.status_code == 404:
+            return ""
         assert response.status_code == 200, response.text
         return response.text
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.e2e.running.conftest import Running
+from tests.support.images import registry_python_image
 from tests.support.objects import API, job
 
 pytestmark = pytest.mark.e2e
@@ -73,7 +74,7 @@ def test_hello_world_reaches_succeeded_through_kubectl(running: Running, kubectl
         "kind": "Job",
         "metadata": {"name": "hello"},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["/bin/sh", "-c", 'echo "hello from index $NODUS_INDEX on $NODUS_NODE"'],
             "resources": {"gpu": {"type": ["H100"], "count": 1}},
         },

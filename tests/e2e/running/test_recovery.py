@@ -21,12 +21,12 @@ import pytest
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create, kubectl, patch_spec
+from tests.support.images import registry_pytorch_image
 
 pytestmark = pytest.mark.e2e
 
 SCALE = 0.05
-# Programs that need only the standard library run on the host's Python, visible read-only in the sandbox;
-# the test's own venv may sit under /tmp, which the sandbox replaces with its own.
+# Programs that need only the standard library run on the image's Python.
 PYTHON = "/usr/bin/python3"
 TRAIN = Path(__file__).resolve().parents[2] / "support" / "programs" / "train_torch.py"
 SPOT = {"resources": {"gpu": {"count": 1, "type": ["rtx4090-24g"]}}, "placement": {"interruptible": "Prefer"}}
@@ -53,13 +53,6 @@ while n < int(sys.argv[1]):
             answered = seq
 print("done", n, flush=True)
 """
-
-
-def skip_unless_the_sandbox_sees_this_python() -> None:
-    """PyTorch lives in the test's venv: programs can run it only when the sandbox shows it (not under /tmp)."""
-    for path in (Path(sys.prefix), TRAIN):
-        if path.resolve().is_relative_to("/tmp"):
-            pytest.skip(f"{path} is under /tmp, which the agent's sandbox replaces with a private one")
 
 
 def python(script: str, *args: str) -> dict[str, Any]:
@@ -278,7 +271,6 @@ def test_a_checkpoint_above_max_size_is_refused_before_upload(running: Running) 
 def test_pytorch_training_preempted_five_times_ends_bit_identical(running: Running, tmp_path: Path) -> None:
     """A real PyTorch program on interruptible capacity, preempted at random moments, finishes with the
     weights an uninterrupted run gets, losing at most one checkpoint interval of work per preemption."""
-    skip_unless_the_sandbox_sees_this_python()
     steps, pause = 300, 0.1
     reference = subprocess.run(
         [sys.executable, str(TRAIN), str(steps), "0", "--local", str(tmp_path / "reference")],
@@ -295,7 +287,9 @@ def test_pytorch_training_preempted_five_times_ends_bit_identical(running: Runni
         running,
         project,
         "train",
-        command=[sys.executable, str(TRAIN), str(steps), str(pause)],
+        # torch is in the PyTorch image; the program is this checkout's file, passed inline.
+        image=registry_pytorch_image(),
+        command=["python3", "-c", TRAIN.read_text(), str(steps), str(pause)],
         # Five losses with maxAttempts 3: each attempt ran longer than minProgressDuration, so none counts.
         recovery={"checkpoint": {"interval": "1m"}, "maxAttempts": 3, "minProgressDuration": "1s"},
         **SPOT,

@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.running.conftest import STORAGE_FREE_BYTES, Running
 from tests.e2e.running.test_billing import statement, verify
+from tests.support.images import registry_python_image
 from tests.support.objects import API
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +33,7 @@ def keep_a_file(running: Running, project: str, name: str) -> dict[str, Any]:
         "kind": "Job",
         "metadata": {"name": name},
         "spec": {
-            "image": "python:3.12-slim",
+            "image": registry_python_image(),
             "command": ["/bin/sh", "-c", f"head -c {KEPT} /dev/urandom > /workspace/blob.bin"],
             "resources": {"cpu": "1"},
             "placement": {"offerings": ["cpu-8c-us"]},

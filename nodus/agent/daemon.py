@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent import dialing, gpus, images, podnet
+from nodus.agent import dialing, gpus, images, podengine, podnet
 from nodus.agent.contract import HostFacts
 from nodus.agent.identity import NodeIdentity
 from nodus.agent.podman import PodmanRuntime
@@ -115,6 +115,10 @@ class Agent:
         """What running Jobs in their images needs on this host: the image cache, the GPUs as CDI devices and the
         Open egress network with its rules against the control plane (ADR 0040, 0041)."""
         assert self.host is not None
+        # Pods an earlier run of this agent left (it died; conmon kept them): their attempts start afresh.
+        left = await asyncio.to_thread(podengine.remove_pods_under, self.settings.work_dir)
+        if left:
+            log.info("removed %d pods an earlier run of this agent left", left)
         self.host.images = images.ImageCache(
             insecure_registries=self.settings.insecure_registries, work_dir=self.settings.work_dir / "images"
         )

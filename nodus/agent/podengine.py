@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import resource
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -109,3 +111,32 @@ def _pid_max() -> int:
         return int(Path("/proc/sys/kernel/pid_max").read_text())
     except (OSError, ValueError):
         return 32768
+
+
+HOST_LABEL = "nodus.host"
+
+
+def remove_pods_under(directory: Path, podman: str = "podman") -> int:
+    """Remove every attempt pod whose host directory (label :data:`HOST_LABEL`, the agent's ``--work-dir``) is
+    ``directory`` or below it; how many there were. Blocking.
+
+    Containers outlive the agent that started them (conmon keeps them): an agent starting again removes its own
+    earlier pods (their attempts are run afresh), and whoever takes a host down for good (the simulated cloud, a
+    test) removes what its agent left."""
+    try:
+        listed = subprocess.run(
+            [podman, "pod", "ps", "--format", "json"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    base = directory.resolve()
+    names = [
+        str(pod["Name"])
+        for pod in json.loads(listed or "[]")
+        if (host := (pod.get("Labels") or {}).get(HOST_LABEL)) and Path(host).is_relative_to(base)
+    ]
+    if names:
+        subprocess.run(
+            [podman, "pod", "rm", "--force", "--time", "0", *names], capture_output=True, timeout=300, check=False
+        )
+    return len(names)

@@ -21,7 +21,7 @@ from typing import Any
 
 from nodus.agent import egress, runtime
 from nodus.agent.layout import NODUS_DIRECTORIES, PROGRESS_FILE, READ_ONLY_DIRECTORIES, SANDBOX_NODUS_DIR
-from nodus.agent.podengine import Engine
+from nodus.agent.podengine import HOST_LABEL, Engine
 from nodus.agent.usernamespaces import UserNamespaces, UserRange
 
 log = logging.getLogger(__name__)
@@ -93,14 +93,18 @@ class Pod:
                     f"{self.spec.egress.policy} cannot be enforced: use egress Open for distributed Jobs"
                 )
             network = "host"
-        # A pod left by an agent that died mid-attempt holds the name: it is this attempt's, so it goes.
-        await self.engine.run("pod", "rm", "--force", "--time", "0", self.name)
-        code, _, err = await self.engine.run(
+        create = (
             "pod", "create", "--name", self.name, "--infra-name", f"{self.name}-infra",
             "--share", "net,ipc,uts", "--network", network,
             "--uidmap", self._range.uidmap, "--gidmap", self._range.uidmap,
             "--label", f"nodus.attempt={self.spec.layout.directory}",
+            "--label", f"{HOST_LABEL}={self.spec.layout.root.parent}",
         )  # fmt: skip
+        code, _, err = await self.engine.run(*create)
+        if code != 0 and "already exists" in err:
+            # A pod left by an agent that died mid-attempt holds the name: it is this attempt's, so it goes.
+            await self.engine.run("pod", "rm", "--force", "--time", "0", self.name)
+            code, _, err = await self.engine.run(*create)
         if code != 0:
             raise runtime.StartFailed(f"the pod could not be created: {_last_line(err)}")
         if self.spec.egress.policy == "AllowList":
@@ -255,9 +259,10 @@ class Pod:
             return
         self._removed = True
         try:
-            await self.engine.run(
-                "pod", "stop", "--time", str(SIDECAR_STOP_GRACE if grace is None else grace), self.name
-            )
+            if len(self.containers) > 1 and grace != 0:
+                # Sidecars still run: SIGTERM first, as when the program ends on its own (ADR 0040).
+                stop_grace = SIDECAR_STOP_GRACE if grace is None else grace
+                await self.engine.run("pod", "stop", "--time", str(stop_grace), self.name)
             await self.engine.run("pod", "rm", "--force", "--time", "0", self.name)
         finally:
             for container in self.containers:

@@ -177,8 +177,10 @@ class AttemptRun:
             gpuIndexes=self.host.gpu_indexes,
         )
         argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
-        if not argv and not in_image:
-            message = "The local runtime cannot run an image's own entrypoint; set spec.command."
+        if not in_image and (not argv or any(sidecar.get("image") for sidecar in spec.get("sidecars") or [])):
+            # The bubblewrap runtime, chosen by name, runs on the host's filesystem: it refuses what needs an image.
+            what = "an image's own entrypoint" if not argv else "a sidecar in its own image"
+            message = f"This node's runtime ({self.runtime.name}) runs no images, so not {what}; set the command."
             await self._report(phase="Failed", reason="Error", message=message, finishTime=_now())
             return
         layout = AttemptLayout.create(self.host.work_dir / "attempts", f"{self.namespace}.{self.name}")

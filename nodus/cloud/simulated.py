@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nodus.agent import podengine
 from nodus.apimachinery import units
 from nodus.client import ClientConfig
 
@@ -85,6 +86,7 @@ class SimulatedCloud:
     def __init__(self, config: SimulatedCloudConfig) -> None:
         self.config = config
         self._hosts: dict[str, _Host] = {}
+        self._cleanups: set[asyncio.Future[int]] = set()
 
     def capacity(self, offering: Object) -> int | None:
         return self.config.capacity_overrides.get(offering["metadata"]["name"], self.config.capacity)
@@ -210,7 +212,21 @@ class SimulatedCloud:
         if host is None or host.pid is None:
             return False
         _kill_session(host.pid, signal.SIGKILL)
+        self._remove_pods(node_name)
         return True
+
+    def _remove_pods(self, node_name: str) -> None:
+        """The host is gone: so are its containers, which conmon keeps past its agent's death (in the background:
+        podman takes a moment)."""
+        work = self.config.work_dir / node_name
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            podengine.remove_pods_under(work)
+            return
+        task = loop.run_in_executor(None, podengine.remove_pods_under, work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def terminate(self, node_name: str, grace_seconds: float) -> None:
         host = self._hosts.pop(node_name, None)
@@ -225,6 +241,7 @@ class SimulatedCloud:
         while _alive(host.pid) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - polls another process
             await asyncio.sleep(0.05)
         _kill_session(host.pid, signal.SIGKILL)
+        await asyncio.to_thread(podengine.remove_pods_under, self.config.work_dir / node_name)
 
     def forget(self) -> None:
         """Stop tracking every host without touching it (leadership lost: the next leader adopts them, and a

@@ -222,3 +222,24 @@ async def test_a_program_writing_past_its_disk_is_evicted(
         ),
     )
     assert ended.succeeded and ended.evicted is None, ended
+
+
+async def test_pods_left_by_a_dead_agent_are_removed_by_host(
+    containers: runtime.Runtime, base_image: runtime.ContainerImage, tmp_path: Path
+) -> None:
+    """Containers outlive their agent: whoever takes the host down removes its pods, and only its own."""
+    from nodus.agent import podengine
+
+    mine = AttemptLayout.create(tmp_path / "host-a" / "attempts", "p.left-0-1")
+    theirs = AttemptLayout.create(tmp_path / "host-b" / "attempts", "p.kept-0-1")
+    left = await containers.start(shell(mine, base_image, "sleep 300"))
+    kept = await containers.start(shell(theirs, base_image, "sleep 300"))
+    try:
+        assert await asyncio.to_thread(podengine.remove_pods_under, tmp_path / "host-a") == 1
+        ended = await asyncio.wait_for(left.wait(), HANG_GUARD)
+        assert ended.signal == signal.SIGKILL, ended
+        assert await asyncio.to_thread(podengine.remove_pods_under, tmp_path / "host-a") == 0
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(kept.wait()), 0.5)
+    finally:
+        await kept.kill()

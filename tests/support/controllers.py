@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from nodus.agent import podengine
 from tests.support import images
 from tests.support.cluster import Cluster
 
@@ -155,8 +156,11 @@ def wait_ready(cluster: Cluster) -> None:
 
 def kill_leftover_agents(directory: Path) -> int:
     """SIGKILL every ``nodus agent`` still working under ``directory / "hosts"`` (where :func:`start` puts the
-    simulated hosts): hosts that no controller took down (one SIGKILLed, or stopped past its timeout)."""
-    return kill_agents_under(directory / "hosts")
+    simulated hosts): hosts that no controller took down (one SIGKILLed, or stopped past its timeout); and remove
+    the pods they left (containers outlive their agent)."""
+    killed = kill_agents_under(directory / "hosts")
+    podengine.remove_pods_under(directory / "hosts")
+    return killed
 
 
 def kill_agents_under(hosts_directory: Path) -> int:

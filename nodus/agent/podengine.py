@@ -117,26 +117,34 @@ HOST_LABEL = "nodus.host"
 
 
 def remove_pods_under(directory: Path, podman: str = "podman") -> int:
-    """Remove every attempt pod whose host directory (label :data:`HOST_LABEL`, the agent's ``--work-dir``) is
-    ``directory`` or below it; how many there were. Blocking.
+    """Remove every attempt pod, and every attempt container that stands alone, whose host directory (label
+    :data:`HOST_LABEL`, the agent's ``--work-dir``) is ``directory`` or below it; how many there were. Blocking.
 
     Containers outlive the agent that started them (conmon keeps them): an agent starting again removes its own
-    earlier pods (their attempts are run afresh), and whoever takes a host down for good (the simulated cloud, a
+    earlier ones (their attempts are run afresh), and whoever takes a host down for good (the simulated cloud, a
     test) removes what its agent left."""
-    try:
-        listed = subprocess.run(
-            [podman, "pod", "ps", "--format", "json"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
     base = directory.resolve()
-    names = [
-        str(pod["Name"])
-        for pod in json.loads(listed or "[]")
-        if (host := (pod.get("Labels") or {}).get(HOST_LABEL)) and Path(host).is_relative_to(base)
-    ]
-    if names:
-        subprocess.run(
-            [podman, "pod", "rm", "--force", "--time", "0", *names], capture_output=True, timeout=300, check=False
-        )
-    return len(names)
+    removed = 0
+    for kind, listing, removal in (
+        ("pods", ["pod", "ps"], ["pod", "rm"]),
+        ("containers", ["ps", "--all", "--filter", f"label={HOST_LABEL}"], ["rm"]),
+    ):
+        try:
+            listed = subprocess.run(
+                [podman, *listing, "--format", "json"], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        names = []
+        for item in json.loads(listed or "[]"):
+            host = (item.get("Labels") or {}).get(HOST_LABEL)
+            # A pod's own containers carry no label of their own: they go with their pod.
+            name = item["Name"] if kind == "pods" else (item.get("Names") or [""])[0]
+            if host and name and Path(host).is_relative_to(base):
+                names.append(str(name))
+        if names:
+            subprocess.run(
+                [podman, *removal, "--force", "--time", "0", *names], capture_output=True, timeout=300, check=False
+            )
+        removed += len(names)
+    return removed

@@ -1,8 +1,9 @@
 """The container runtime: each attempt in its OCI image, through podman with runc (ADR 0040).
 
-One attempt is one pod (``nodus-<attempt dir>``): the program and each sidecar are containers in it,
-sharing its network, IPC and UTS namespaces and the attempt's ``/nodus`` volumes, each with a PID and
-cgroup namespace of its own, as in a Kubernetes pod. What every container of the attempt gets:
+One attempt is one pod (``nodus-<attempt dir>``) when it has sidecars or an AllowList proxy: the program and each
+sidecar are containers in it, sharing its network, IPC and UTS namespaces and the attempt's ``/nodus`` volumes,
+each with a PID and cgroup namespace of its own, as in a Kubernetes pod. Without them the program's container
+stands alone (``nodus.agent.pods``). What every container of the attempt gets:
 
 * its image's filesystem (writable in the container's own layer), ``/nodus`` bound from the attempt's
   layout (inputs, connections and gang read-only) and the working directory bound from ``layout.workdir``

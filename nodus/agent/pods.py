@@ -32,6 +32,8 @@ SANDBOX_READY_DIR = f"{SANDBOX_RUN_DIR}/ready"
 SIDECAR_READY_AFTER = 2.0
 SIDECAR_STOP_GRACE = 5
 _READY_POLL = 0.05
+# How often a waiting attach client is checked against the engine's state of its container.
+_ATTACH_CHECK = 2.0
 # Environment names podman itself reads: a Job's multi-line value cannot pass under them (see _environment).
 _ENGINE_NAMES = frozenset({"PATH", "HOME", "TMPDIR", "CONTAINERS_CONF", "NOTIFY_SOCKET"})
 _ENGINE_PREFIXES = ("CONTAINERS_", "STORAGE_", "REGISTRY_", "XDG_", "BUILDAH_", "PODMAN_", "_CONTAINERS_")
@@ -52,10 +54,22 @@ class Attached:
 
     async def wait(self) -> int:
         """The container's exit status, once it has ended (as the engine records it)."""
-        await self.process.wait()
+        while self.process.returncode is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait()), _ATTACH_CHECK)
+            except TimeoutError:
+                # The attach client may outlive a container killed while podman was still starting it: once the
+                # engine says the container is gone, the client has nothing more to carry.
+                _, status, _, _ = await self.engine.state(self.name)
+                if status in ("exited", "stopped", "gone"):
+                    with contextlib.suppress(ProcessLookupError):
+                        self.process.kill()
         # The attach stream closes as the container ends, which may be before the engine has recorded its exit:
         # `podman wait` returns the recorded status.
-        code, out, _ = await self.engine.run("wait", self.name)
+        try:
+            code, out, _ = await self.engine.run("wait", self.name, timeout=30)
+        except TimeoutError:
+            code, out = 1, ""
         if code != 0 or not out.strip().lstrip("-").isdigit():
             return self.process.returncode or 0
         return int(out.strip())
@@ -76,6 +90,14 @@ class Pod:
 
     def __post_init__(self) -> None:
         self.name = f"nodus-{self.spec.layout.directory.name}"
+        self._network = "none"
+        self._labels: list[str] = []
+
+    @property
+    def standalone(self) -> bool:
+        """Without sidecars or the AllowList forwarder nothing shares the program's namespaces: no pod (its infra
+        container costs a runc start and a removal), the program's container stands alone (ADR 0040)."""
+        return not self.spec.sidecars and self.spec.egress.policy != "AllowList"
 
     @property
     def run_dir(self) -> Path:
@@ -93,12 +115,17 @@ class Pod:
                     f"{self.spec.egress.policy} cannot be enforced: use egress Open for distributed Jobs"
                 )
             network = "host"
+        self._network = network
+        self._labels = [
+            "--label", f"nodus.attempt={self.spec.layout.directory}",
+            "--label", f"{HOST_LABEL}={self.spec.layout.root.parent}",
+        ]  # fmt: skip
+        if self.standalone:
+            return  # the program's container alone: it takes the network, user range and labels itself
         create = (
             "pod", "create", "--name", self.name, "--infra-name", f"{self.name}-infra",
             "--share", "net,ipc,uts", "--network", network,
-            "--uidmap", self._range.uidmap, "--gidmap", self._range.uidmap,
-            "--label", f"nodus.attempt={self.spec.layout.directory}",
-            "--label", f"{HOST_LABEL}={self.spec.layout.root.parent}",
+            "--uidmap", self._range.uidmap, "--gidmap", self._range.uidmap, *self._labels,
         )  # fmt: skip
         code, _, err = await self.engine.run(*create)
         if code != 0 and "already exists" in err:
@@ -174,11 +201,13 @@ class Pod:
         what = f"sidecar {sidecar}" if sidecar else "the program's container"
         env = {**env, **(egress.PROXY_ENV if self.spec.egress.policy == "AllowList" else {})}
         env_file, passed = _environment(self.spec.layout.directory / f".{role}.env", env)
+        flags = self._container_flags(container, image, argv, env_file, passed, main=sidecar is None)
         try:
-            code, _, err = await self.engine.run(
-                "create", *self._container_flags(container, image, argv, env_file, passed, main=sidecar is None),
-                env={name: env[name] for name in passed},
-            )  # fmt: skip
+            code, _, err = await self.engine.run("create", *flags, env={name: env[name] for name in passed})
+            if code != 0 and self.standalone and "already in use" in err:
+                # A container left by an agent that died mid-attempt holds the name: it is this attempt's.
+                await self.engine.run("rm", "--force", "--time", "0", container)
+                code, _, err = await self.engine.run("create", *flags, env={name: env[name] for name in passed})
         finally:
             env_file.unlink(missing_ok=True)
         if code != 0:
@@ -221,8 +250,14 @@ class Pod:
         main: bool,
     ) -> list[str]:
         spec, layout = self.spec, self.spec.layout
+        assert self._range is not None
+        if self.standalone:
+            where = ["--network", self._network, "--uidmap", self._range.uidmap, "--gidmap", self._range.uidmap]
+            where += self._labels
+        else:
+            where = ["--pod", self.name]
         flags = [
-            "--pod", self.name, "--name", container, "--init", "--pull", "never", "--log-driver", "none",
+            *where, "--name", container, "--init", "--pull", "never", "--log-driver", "none",
             "--security-opt", "no-new-privileges", "--cgroupns", "private", "--http-proxy=false",
             "--env-file", str(env_file), *(f"--env={name}" for name in passed),
             "--workdir", spec.working_dir, "--entrypoint", json.dumps(argv),
@@ -259,6 +294,9 @@ class Pod:
             return
         self._removed = True
         try:
+            if self.standalone:
+                await self.engine.run("rm", "--force", "--time", "0", f"{self.name}-main")
+                return
             if len(self.containers) > 1 and grace != 0:
                 # Sidecars still run: SIGTERM first, as when the program ends on its own (ADR 0040).
                 stop_grace = SIDECAR_STOP_GRACE if grace is None else grace

@@ -109,8 +109,13 @@ def import_into_podman(tarball: Path, reference: str, podman: str = "podman") ->
 
 
 def base_image(cache: Path) -> str:
-    """``localhost/nodus/base:<tag>`` in podman's local store, built and imported first if missing."""
-    return import_into_podman(base_tarball(cache), f"{BASE_REPOSITORY}:{tag()}")
+    """``localhost/nodus/base:<tag>`` in podman's local store, built and imported first if missing. The tag is the
+    recipe's hash, so an image podman already holds under it is this recipe's: nothing is built again, whatever
+    ``cache`` holds (a new ``nodus dev`` data directory on a machine that built it once starts at once)."""
+    reference = f"{BASE_REPOSITORY}:{tag()}"
+    if _exists(reference):
+        return reference
+    return import_into_podman(base_tarball(cache), reference)
 
 
 def torch_version(pyproject: Path = PYPROJECT) -> str:

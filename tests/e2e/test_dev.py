@@ -113,6 +113,7 @@ def _exercise(data_dir: Path, port: int, url: str | None, kubectl_binary: Path) 
         assert _stop(process) == 0
 
 
+@pytest.mark.slow  # a whole nodus dev (registry, image push, podman hosts), about 30 s (slow tier)
 def test_dev_with_a_database_url(database_server: str, tmp_path: Path, kubectl_binary: Path) -> None:
     url = asyncio.run(database.create_database(database_server))
     try:
@@ -133,6 +134,7 @@ def test_dev_with_the_embedded_database(tmp_path: Path, kubectl_binary: Path) ->
         subprocess.run(["rm", "-rf", str(data_dir)], check=False)
 
 
+@pytest.mark.slow  # a whole nodus dev (registry, image push, podman hosts), about 30 s (slow tier)
 def test_dev_says_the_embedded_database_stopped_and_warns_of_nothing(tmp_path: Path) -> None:
     """Issue 16: every start printed pgserver's RuntimeDirWarning (no XDG_RUNTIME_DIR, as on servers and in
     containers), and Ctrl-C said nothing about the database stopping."""

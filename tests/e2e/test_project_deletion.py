@@ -82,6 +82,7 @@ def test_no_credit_is_granted_to_a_project_being_deleted(admin: httpx.Client) ->
     wait_gone(admin, name)
 
 
+@pytest.mark.slow  # a whole nodus dev (registry, image push, podman hosts), about 30 s (slow tier)
 def test_nodus_dev_refuses_deleting_its_default_project(
     database_server: str, tmp_path: Path, kubectl_binary: Path
 ) -> None:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.e2e
 STEPS = 150
 
 
+@pytest.mark.slow  # a real Trainer in the PyTorch image (about 1 GB pushed once), about 45 s (slow tier)
 def test_a_preempted_trainer_resumes_from_the_checkpoint_it_saved_in_the_notice(running: Running) -> None:
     # torch and transformers are in the PyTorch image; the agent mounts its hook into the container (ADR 0040).
     project = running.project()

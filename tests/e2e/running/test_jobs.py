@@ -99,6 +99,7 @@ def test_hello_world_reaches_succeeded_through_kubectl(running: Running, kubectl
     assert attempt["metadata"]["ownerReferences"][0]["name"] == "hello"
 
 
+@pytest.mark.slow  # fifty containers started and removed, about 50 s (slow tier)
 def test_indexed_job_spreads_over_two_offerings(running: Running) -> None:
     project = running.project()
     offerings = ["cpu-8c-us", "cpu-8c-eu"]

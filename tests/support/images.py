@@ -27,7 +27,7 @@ PYTHON = "nodus/python:3.11"
 @functools.cache
 def base_image() -> str:
     """``localhost/nodus/base:<recipe tag>``, present in podman's local store."""
-    return devimages.import_into_podman(devimages.base_tarball(CACHE), f"localhost/nodus/base:{devimages.tag()}")
+    return devimages.base_image(CACHE)
 
 
 @functools.cache

@@ -96,7 +96,8 @@ def images(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def create(running: Running, project: str, name: str, image: str, **spec: Any) -> None:
-    body = job(name, image=image, resources={"cpu": "1"}, **spec)
+    spec.setdefault("resources", {"cpu": "1"})
+    body = job(name, image=image, **spec)
     with running.client() as client:
         response = client.post(f"{API}/namespaces/{project}/jobs", json=body)
         assert response.status_code == 201, response.text
@@ -215,3 +216,22 @@ def test_a_registry_that_is_down_loses_the_attempt_not_the_job(images: Images) -
         assert running.job(project, "down")["status"]["phase"] not in ("Failed",)
     finally:
         images.open.start()
+
+
+def test_limits_end_the_program_with_the_kernels_and_the_disks_reasons(images: Images) -> None:
+    """resources.memory is the container's limit (the kernel's OOM kill is read, not guessed) and resources.disk
+    its ephemeral storage (written past it, the program is evicted at the agent's next measure, within 10 s)."""
+    running, project = images.running, images.running.project()
+    hog = "import time; x = bytearray(512 * 1024 * 1024); time.sleep(60)"
+    fill = "head -c 64M /dev/zero > /var/tmp/fill; sleep 120"
+    create(running, project, "hog", images.base, command=["python3", "-c", hog], backoffLimit=0,
+           resources={"cpu": "1", "memory": "64Mi"})  # fmt: skip
+    create(running, project, "fill", images.base, command=["sh", "-c", fill], backoffLimit=0,
+           resources={"cpu": "1", "disk": "16Mi"})  # fmt: skip
+    # Customer failures: the Job fails after its backoffLimit (0), each attempt with the reason.
+    for name, reason in (("hog", "OOMKilled"), ("fill", "EphemeralStorageExceeded")):
+        done = running.wait_phase(project, name, "Failed", timeout=120)
+        assert done["status"]["reason"] == "BackoffLimitExceeded", done["status"]
+        attempt = running.attempts(project, name)[0]
+        assert attempt["status"]["reason"] == reason, attempt["status"]
+    assert "over resources.disk" in running.attempts(project, "fill")[0]["status"]["message"]

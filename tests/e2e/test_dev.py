@@ -122,6 +122,7 @@ def test_dev_with_a_database_url(database_server: str, tmp_path: Path, kubectl_b
         asyncio.run(database.drop_database(url))
 
 
+@pytest.mark.slow  # a whole nodus dev; the walkthrough test starts one in the default tier (slow tier)
 def test_dev_with_the_embedded_database(tmp_path: Path, kubectl_binary: Path) -> None:
     data_dir = Path(f"/tmp/nodus-dev-{os.getpid()}")  # short: PostgreSQL's socket path is limited
     try:

@@ -82,6 +82,7 @@ def age(running: Running, project: str, digest: str) -> None:
     asyncio.run(update())
 
 
+@pytest.mark.slow  # about 20 s of hourly charges (slow tier)
 def test_a_deleted_jobs_outputs_are_charged_to_its_project_until_collected_never_twice(blobs_billed: Running) -> None:
     running = blobs_billed
     project = running.project(credit="10")

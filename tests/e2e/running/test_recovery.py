@@ -122,6 +122,7 @@ def test_a_preempted_job_resumes_from_the_checkpoint_taken_in_its_notice(running
     assert segments.get("restoreUSD") is not None and segments.get("bootUSD") is None, segments
 
 
+@pytest.mark.slow  # about 22 s; the chaos test kills hosts too (slow tier)
 def test_a_killed_host_gives_no_notice_and_the_last_committed_checkpoint_is_used(running: Running) -> None:
     project = running.project()
     create(running, project, "killed", **counter(300, 0.05))

@@ -179,8 +179,9 @@ def test_the_pytorch_image_imports_the_pinned_torch() -> None:
         text=True,
     ).stdout.split()
     assert said[0].split("+")[0] == devimages.torch_version() and said[1] == "3.0"
+    # Available without a build from now on: in podman's store (a machine that built it once, whatever checkout)
+    # and, where this checkout built it, saved in its cache too.
     assert devimages.pytorch_available(images.CACHE)
-    assert (images.CACHE / f"pytorch-{devimages.pytorch_tag()}.tar").exists()
 
 
 @pytest.mark.parametrize(

@@ -143,13 +143,20 @@ class PodmanProcess(runtime.HostProcess):
         self._cgroup = oom.cgroup
         self._disk = disk_watch
         self._evicted: tuple[str, str] | None = None
+        self._kills: set[asyncio.Task[tuple[int, str, str]]] = set()
         super().__init__(main.pid, pod.streams())
         self._watch()
 
     def _signal(self, number: int) -> None:
         if number == signal.SIGKILL:
-            # catatonit is the PID namespace's init: when it dies the kernel kills every process in it.
+            # catatonit is the PID namespace's init: when it dies the kernel kills every process in it. The engine
+            # is told too, so that a kill is never lost to a pid that changed meanwhile.
             _kill_quietly(self._main.pid, number)
+            task = asyncio.get_running_loop().create_task(
+                self._pod.engine.run("kill", "--signal", "KILL", self._main.name, timeout=30)
+            )
+            self._kills.add(task)
+            task.add_done_callback(self._kills.discard)
             return
         for pid in self._cgroup.pids() - {self._main.pid}:
             _kill_quietly(pid, number)

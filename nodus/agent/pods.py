@@ -237,6 +237,14 @@ class Pod:
             container, pid, process, {f"{prefix}stdout": stdout, f"{prefix}stderr": stderr}, self.engine
         )
         self.containers.append(attached)
+        # Return once the program runs (or has run): a stop or kill before then would find runc's init waiting for
+        # its start, and the pid that runs is the one to signal.
+        while process.returncode is None:
+            running_pid, status, _, _ = await self.engine.state(container)
+            if status not in ("created", "initialized"):
+                attached.pid = running_pid or attached.pid
+                break
+            await asyncio.sleep(_READY_POLL)
         return attached
 
     def _container_flags(

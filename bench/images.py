@@ -279,7 +279,7 @@ async def _system(
     """An API server on a scratch database, its ``nodus controllers`` with ``sim_runtime`` hosts, and a client
     whose informers feed a ``run_latency.Tracker``."""
     from nodus.client import Client
-    from nodus.controllers.runtime import Informer
+    from nodus.client.informers import Informer
 
     hosts = run_latency._scratch_directory()
     async with (

@@ -432,7 +432,7 @@ def _prepare(workdir: Path) -> tuple[Path, Path]:
 
 async def run(workdir: Path, size_mib: int = 1024, rounds: int = 1) -> dict[str, Any]:
     from nodus.client import Client
-    from nodus.controllers.runtime import Informer
+    from nodus.client.informers import Informer
 
     size = size_mib * MIB
     key_file, hosts = await asyncio.to_thread(_prepare, workdir)

@@ -270,7 +270,7 @@ async def _hops(config: Any, count: int, noise_jobs: tuple[str, str] | None = No
     as the Job controller's Job writes run beside the chain's own (context, not part of the floor).
     """
     from nodus.client import Client
-    from nodus.controllers.runtime import Informer
+    from nodus.client.informers import Informer
 
     namespace = common.PROJECT
     suffix = os.urandom(3).hex()
@@ -429,7 +429,7 @@ async def run(
     program: str = "sleep 1",
 ) -> dict[str, Any]:
     from nodus.client import Client
-    from nodus.controllers.runtime import Informer
+    from nodus.client.informers import Informer
 
     server_url = common.database_server_url()
     result: dict[str, Any] = {

@@ -42,7 +42,7 @@ from nodus.agent.running import AttemptRun
 from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.runtime.informers import Informer
+from nodus.client.informers import Informer
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.agent")

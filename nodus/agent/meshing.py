@@ -10,7 +10,7 @@ rank Attempts' ``status.gang`` alone, in two barriers:
    the ring, writes ``probe`` and ``probedTime``, then waits until every member has probed, so that
    probe traffic never overlaps the program that starts next.
 
-Peers are watched with an :class:`~nodus.controllers.runtime.informers.Informer` over the epoch's
+Peers are watched with an :class:`~nodus.client.informers.Informer` over the epoch's
 attempts (``nodus.dev/job=<job>,nodus.dev/gang-epoch=<epoch>``, filtered by ``spec.jobUID``). A
 member that has ended, or says it could not mesh, fails the assembly at once rather than leaving
 the others waiting; a peer that cannot be reached fails it too. Either way this rank writes
@@ -38,7 +38,7 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.runtime.informers import Informer
+from nodus.client.informers import Informer
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.agent")

@@ -52,10 +52,10 @@ from nodus.controllers.nodes.provisioning import (
     nodes_of,
     ran_on,
 )
-from nodus.controllers.runtime.informers import Handler, Informer, Object
-from nodus.controllers.runtime.leaderelection import LeaderElector
-from nodus.controllers.runtime.manager import Manager, enqueue_object, enqueue_owner
-from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.client.informers import Handler, Informer, Object
+from nodus.client.leaderelection import LeaderElector
+from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
+from nodus.client.workqueue import WorkQueue
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
 from nodus.controllers.storagebilling import UNPAID_INDEX, StorageBilling, enqueue_unpaid, unpaid_in

@@ -18,8 +18,8 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs import conditions
-from nodus.controllers.runtime.informers import Informer
-from nodus.controllers.runtime.manager import Result
+from nodus.client.informers import Informer
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.budgets")

@@ -23,9 +23,9 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.runtime.informers import Handler, Informer
-from nodus.controllers.runtime.manager import Result
-from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.client.informers import Handler, Informer
+from nodus.controllers.manager import Result
+from nodus.client.workqueue import WorkQueue
 
 Object = dict[str, Any]
 

@@ -45,9 +45,9 @@ from nodus.apimachinery import money, units
 from nodus.apimachinery.money import text as usd
 from nodus.client import Client, errors
 from nodus.controllers.jobs import conditions
-from nodus.controllers.runtime.informers import Handler, Informer
-from nodus.controllers.runtime.manager import Result
-from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.client.informers import Handler, Informer
+from nodus.controllers.manager import Result
+from nodus.client.workqueue import WorkQueue
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.storagebilling")

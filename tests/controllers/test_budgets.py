@@ -9,7 +9,7 @@ import pytest
 
 from nodus.controllers import billing
 from nodus.controllers.budgets import shown
-from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.client.workqueue import WorkQueue
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from nodus.client import Client, errors
 from nodus.controllers.jobs import planning
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
-from nodus.controllers.runtime.informers import Informer
-from nodus.controllers.runtime.manager import Result
+from nodus.client.informers import Informer
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.jobs")

@@ -24,8 +24,8 @@ from nodus.cloud.simulated import PID_ANNOTATION, SimulatedCloud
 from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.nodes import jointokens
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
-from nodus.controllers.runtime.informers import Informer
-from nodus.controllers.runtime.manager import Result
+from nodus.client.informers import Informer
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.hosts")

@@ -18,8 +18,8 @@ from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
-from nodus.controllers.runtime.informers import Informer
-from nodus.controllers.runtime.manager import Result
+from nodus.client.informers import Informer
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 

@@ -24,9 +24,9 @@ from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.jobs.slots import TERMINAL
-from nodus.controllers.runtime.informers import Handler, Informer
-from nodus.controllers.runtime.manager import Result
-from nodus.controllers.runtime.workqueue import WorkQueue
+from nodus.client.informers import Handler, Informer
+from nodus.controllers.manager import Result
+from nodus.client.workqueue import WorkQueue
 
 Object = dict[str, Any]
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from nodus.client import Client, NotFound
-from nodus.controllers.runtime import LeaderElector
+from nodus.client.leaderelection import LeaderElector
 from tests.support.proxy import Proxy
 from tests.support.waiting import eventually
 

@@ -16,17 +16,10 @@ import httpx
 import pytest
 
 from nodus.client import Client, errors
-from nodus.controllers.runtime import (
-    Informer,
-    Key,
-    LeaderElector,
-    Manager,
-    Result,
-    TerminalError,
-    WorkQueue,
-    enqueue_object,
-    enqueue_owner,
-)
+from nodus.client.informers import Informer, Key
+from nodus.client.leaderelection import LeaderElector
+from nodus.client.workqueue import WorkQueue
+from nodus.controllers.manager import Manager, Result, TerminalError, enqueue_object, enqueue_owner
 from tests.conftest import make_project
 from tests.support.objects import API, job
 from tests.support.waiting import eventually

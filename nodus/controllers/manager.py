@@ -1,5 +1,21 @@
 """The controller manager: shared informers, work queues and the workers that run reconcilers.
 
+A controller in a few lines::
+
+    manager = Manager(client, elector=LeaderElector(client, "nodus-controllers", identity))
+    jobs = manager.informer("jobs")
+    attempts = manager.informer("attempts")
+    attempts.add_index("job-uid", lambda a: [a["spec"]["jobUID"]])
+    queue: WorkQueue[Key] = WorkQueue()
+    jobs.add_handler(enqueue_object(queue))
+    attempts.add_handler(enqueue_owner(queue, "Job"))
+    manager.add_controller("jobs", JobReconciler(client, jobs, attempts), queue, workers=4)
+    await manager.run()
+
+The informers, work queues and leader election are client machinery (:mod:`nodus.client.informers`,
+:mod:`nodus.client.workqueue`, :mod:`nodus.client.leaderelection`), which the node agent uses too;
+what is here is the controllers' own: reconcilers, their results and errors, and the workers.
+
 A controller is a :class:`Reconciler`, a :class:`WorkQueue` of its keys, and a number of workers.
 Informer handlers put keys on the queue (see :func:`enqueue_object`, :func:`enqueue_owner`);
 workers take one key at a time and call ``reconcile(key)``:
@@ -28,9 +44,9 @@ from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
 from nodus.apimachinery.causes import PROJECT_TERMINATING
 from nodus.client import Client, errors
-from nodus.controllers.runtime.informers import Handler, Informer, Key, Object, object_key
-from nodus.controllers.runtime.leaderelection import LeaderElector
-from nodus.controllers.runtime.workqueue import ShutDown, WorkQueue
+from nodus.client.informers import Handler, Informer, Key, Object, object_key
+from nodus.client.leaderelection import LeaderElector
+from nodus.client.workqueue import ShutDown, WorkQueue
 
 K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from nodus.client import Client
-from nodus.controllers.runtime import Informer
+from nodus.client.informers import Informer
 from tests.support.objects import job
 from tests.support.proxy import Proxy
 from tests.support.waiting import eventually

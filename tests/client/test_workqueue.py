@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from nodus.controllers.runtime import ShutDown, WorkQueue
+from nodus.client.workqueue import ShutDown, WorkQueue
 
 
 async def _drain(queue: WorkQueue[str]) -> list[str]:

@@ -9,7 +9,7 @@ shapes (8x H100, 1 GPU with 40Gi, 4x A100 interruptible, CPU-only, L4 in eu at t
 H200/B200 NVLink at the Speed profile), owned by those Jobs, created through the API.
 
 Scheduler side: ``nodus.controllers.scheduling.SchedulerLoop`` runs in this process with its informers
-(``nodus.controllers.runtime.Informer``: attempts of the round's project, nodes, offerings) over one
+(``nodus.client.informers.Informer``: attempts of the round's project, nodes, offerings) over one
 ``nodus.client.Client``, exactly as ``nodus controllers`` wires it (its 32 concurrent writes, one
 ``PUT .../attempts/NAME/status`` per binding with the resourceVersion it saw) but alone: no Job
 controller, provisioner or agents. The informers list and sync first; the clock starts when the loop
@@ -192,8 +192,8 @@ def _timed_cycles(record: list[dict[str, float]]) -> Iterator[None]:
 
 
 async def _informers(client: Any, namespace: str) -> tuple[Any, Any, Any]:
+    from nodus.client.informers import Informer
     from nodus.controllers.nodes.provisioning import NODE_INDEX, nodes_of
-    from nodus.controllers.runtime import Informer
 
     attempts = Informer(client, "attempts", namespace=namespace)
     attempts.add_index(NODE_INDEX, nodes_of)  # the scheduler's busy-host check reads it (assembly adds it)

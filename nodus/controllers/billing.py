@@ -53,10 +53,10 @@ from nodus.apimachinery import units
 from nodus.apimachinery.money import MICRO, charge
 from nodus.apimachinery.money import text as usd
 from nodus.client import Client, errors
-from nodus.controllers.jobs.reconciling import stop_attempt
 from nodus.client.informers import Handler, Informer
-from nodus.controllers.manager import Result
 from nodus.client.workqueue import WorkQueue
+from nodus.controllers.jobs.reconciling import stop_attempt
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.billing")

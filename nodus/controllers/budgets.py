@@ -17,8 +17,8 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.jobs import conditions
 from nodus.client.informers import Informer
+from nodus.controllers.jobs import conditions
 from nodus.controllers.manager import Result
 
 Object = dict[str, Any]

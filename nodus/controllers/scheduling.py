@@ -28,9 +28,9 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
+from nodus.client.informers import Informer
 from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since, never_came
-from nodus.client.informers import Informer
 from nodus.scheduler import cycle as cycles
 from nodus.scheduler import snapshot as snapshots
 

@@ -24,8 +24,8 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer
-from nodus.controllers.manager import Result
 from nodus.client.workqueue import WorkQueue
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 

@@ -44,10 +44,10 @@ from typing import Any
 from nodus.apimachinery import money, units
 from nodus.apimachinery.money import text as usd
 from nodus.client import Client, errors
-from nodus.controllers.jobs import conditions
 from nodus.client.informers import Handler, Informer
-from nodus.controllers.manager import Result
 from nodus.client.workqueue import WorkQueue
+from nodus.controllers.jobs import conditions
+from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.storagebilling")

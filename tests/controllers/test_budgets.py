@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from nodus.client.workqueue import WorkQueue
 from nodus.controllers import billing
 from nodus.controllers.budgets import shown
-from nodus.client.workqueue import WorkQueue
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
+from nodus.client.informers import Informer
 from nodus.controllers.jobs import planning
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
-from nodus.client.informers import Informer
 from nodus.controllers.manager import Result
 
 Object = dict[str, Any]

@@ -16,10 +16,10 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.controllers.jobs.slots import TERMINAL
-from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 from nodus.client.informers import Informer
+from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.manager import Result
+from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 
 Object = dict[str, Any]
 

@@ -22,11 +22,11 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
+from nodus.client.informers import Handler, Informer
+from nodus.client.workqueue import WorkQueue
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.jobs.slots import TERMINAL
-from nodus.client.informers import Handler, Informer
 from nodus.controllers.manager import Result
-from nodus.client.workqueue import WorkQueue
 
 Object = dict[str, Any]
 

@@ -75,7 +75,7 @@ def write_price_book(path: Path, offerings: int = OFFERINGS) -> int:
     """
     from importlib import resources
 
-    from nodus.api.kinds.job import accelerators
+    from nodus.apis.v1 import accelerators
     from nodus.catalog import pricebook
 
     text = resources.files("nodus.catalog").joinpath("pricebook.yaml").read_text(encoding="utf-8")

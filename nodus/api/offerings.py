@@ -30,9 +30,9 @@ import orjson
 from nodus.api.auth.principal import ADMIN_GROUP, Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
-from nodus.api.kinds.job import accelerators
 from nodus.api.kinds.offering import OFFERING, OfferingStrategy
 from nodus.api.store import GenericStore
+from nodus.apis.v1 import accelerators
 from nodus.catalog import pricebook
 from nodus.catalog.pricebook import PriceBook
 from nodus.storage.listing import ListQuery

@@ -55,7 +55,7 @@ GpuCount = Literal[1, 2, 4, 8]
 
 
 class Accelerator(Protocol):
-    """A known accelerator variant (``nodus.api.kinds.job.accelerators.Accelerator`` is one)."""
+    """A known accelerator variant (``nodus.apis.v1.accelerators.Accelerator`` is one)."""
 
     @property
     def id(self) -> str: ...

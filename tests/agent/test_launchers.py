@@ -25,7 +25,7 @@ import pytest
 from nodus.agent import launchers
 from nodus.agent.gangwrappers import ray_gang
 from nodus.agent.launchers import GangFacts
-from nodus.api.kinds.job.spec_capacity import Distributed
+from nodus.apis.v1.jobcapacity import Distributed
 
 PYTHON_SCRIPT = ["python", "train.py", "--lr", "0.1"]
 

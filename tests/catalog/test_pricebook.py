@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nodus.api import objectmeta, offerings
-from nodus.api.kinds.job import accelerators
+from nodus.apis.v1 import accelerators
 from nodus.api.kinds.offering import OFFERING
 from nodus.apimachinery import units
 from nodus.catalog import pricebook

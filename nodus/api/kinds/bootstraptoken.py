@@ -24,14 +24,12 @@ import hmac
 import re
 from datetime import datetime, timedelta
 
-from pydantic import Field
-
-from nodus.api.kinds.job.base import JobModel
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath, units
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1.bootstraptoken import BootstrapTokenSpec, BootstrapTokenStatus
 
 TOKEN_PATTERN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 ID_PATTERN = re.compile(r"^[a-z0-9]{6}$")
@@ -40,36 +38,6 @@ DEFAULT_TTL = timedelta(hours=24)
 MAX_TTL = timedelta(days=30)
 # Nodes remembered in status.nodes: enough to audit a join token, bounded so the object stays small.
 NODES_KEPT = 32
-
-
-class BootstrapTokenSpec(JobModel):
-    """BootstrapTokenSpec is a join token: when it ends, which node it may register, its secret's hash."""
-
-    description: str | None = Field(None, max_length=256, description="Description says what the token is for.")
-    expiration: str | None = Field(
-        None, description="Expiration is when the token stops working (default 24h after creation; at most 30d)."
-    )
-    node_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        description="NodeName binds the token to one node name; unset, the joining host names its node.",
-    )
-    secret: str | None = Field(
-        None,
-        description="Secret is the token's 16-character secret ([a-z0-9]), given once on create and never stored "
-        "(only secretHash is).",
-    )
-    secret_hash: str | None = Field(
-        None, pattern=r"^sha256:[0-9a-f]{64}$", description="SecretHash is the SHA-256 of the secret (set by Nodus)."
-    )
-
-
-class BootstrapTokenStatus(JobModel):
-    """BootstrapTokenStatus records how the token was used."""
-
-    last_used_time: str | None = Field(None, description="LastUsedTime is when a host last exchanged the token.")
-    nodes: list[str] | None = Field(None, description="Nodes are the nodes that joined with it (the latest 32).")
 
 
 def secret_hash(secret: str) -> str:

@@ -8,25 +8,11 @@ Only administrators (controllers run as such) write leases.
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from nodus.api.kinds.job.base import JobModel
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery.fieldpath import FieldError, Path
-
-
-class LeaseSpec(JobModel):
-    """LeaseSpec names the current holder and how long its claim lasts."""
-
-    acquire_time: str | None = Field(None, description="AcquireTime is when the current holder took the lease.")
-    holder_identity: str | None = Field(None, description="HolderIdentity is the leader; empty when released.")
-    lease_duration_seconds: int | None = Field(
-        None, ge=1, description="LeaseDurationSeconds is how long others wait after renewTime before taking over."
-    )
-    lease_transitions: int | None = Field(None, ge=0, description="LeaseTransitions counts changes of holder.")
-    renew_time: str | None = Field(None, description="RenewTime is the holder's last renewal.")
+from nodus.apis.v1.lease import LeaseSpec
 
 
 class LeaseStrategy(Strategy):

@@ -11,32 +11,12 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ValidationError
 
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class Model(BaseModel):
-    """Base of every spec/status model: camelCase on the wire, unknown fields refused."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        # Only the camelCase wire names are accepted: a Python name would validate but be stored
-        # under a key nothing else reads.
-        populate_by_name=False,
-        extra="forbid",
-        frozen=False,
-        use_attribute_docstrings=False,
-        ser_json_timedelta="iso8601",
-    )
-
-    def to_json(self) -> dict[str, Any]:
-        """The wire form: camelCase, unset and None fields omitted."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def _path(base: Path, loc: tuple[int | str, ...]) -> Path:

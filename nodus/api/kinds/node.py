@@ -9,61 +9,13 @@ status: the provisioner records ``Booting`` in the same write that creates it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.status import Condition
 from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery.fieldpath import FieldError, Path
-
-NodePhase = Literal["Booting", "Ready", "Lost", "Failed", "Terminating"]
-
-
-class NodeSpec(JobModel):
-    """NodeSpec says which offering a host provides and whether new work may land on it."""
-
-    offering: str = Field(min_length=1, description="Offering is the offering id this host provides.")
-    provider: str | None = Field(None, description="Provider is the cloud provider that supplies the host.")
-    unschedulable: bool | None = Field(None, description="Unschedulable keeps new attempts off the host.")
-
-
-class NodeAddress(JobModel):
-    """NodeAddress is one way to reach the host."""
-
-    address: str = Field(min_length=1, description="Address is the address.")
-    type: str = Field(min_length=1, description="Type is InternalIP, ExternalIP or Hostname.")
-
-
-class NodeCapacity(JobModel):
-    """NodeCapacity is what the host offers."""
-
-    cpu: str | None = Field(None, description="CPU is the host's vCPU count.")
-    disk: str | None = Field(None, description="Disk is the host's ephemeral disk.")
-    gpus: int | None = Field(None, ge=0, description="GPUs is the number of accelerators.")
-    memory: str | None = Field(None, description="Memory is the host memory.")
-
-
-class NodeStatus(JobModel):
-    """NodeStatus is what Nodus observed about a host."""
-
-    addresses: list[NodeAddress] | None = Field(None, description="Addresses reach the host.")
-    agent_version: str | None = Field(None, description="AgentVersion is the node agent's version.")
-    boot_time: str | None = Field(None, description="BootTime is when provisioning started.")
-    capacity: NodeCapacity | None = Field(None, description="Capacity is what the host offers.")
-    conditions: list[Condition] | None = Field(None, description="Conditions include Ready.")
-    gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the host's GPUs.")
-    heartbeat_time: str | None = Field(None, description="HeartbeatTime is the agent's last heartbeat.")
-    idle_since: str | None = Field(None, description="IdleSince is when the host's last attempt ended.")
-    message: str | None = Field(None, description="Message explains the phase.")
-    phase: NodePhase | None = Field(None, description="Phase is Booting, Ready, Lost, Failed or Terminating.")
-    ready_time: str | None = Field(None, description="ReadyTime is when the agent registered.")
-    reason: str | None = Field(None, description="Reason is a CamelCase code for the phase.")
-    runtime: str | None = Field(None, description="Runtime is the agent's sandbox: bubblewrap or unsandboxed.")
-    warm_until: str | None = Field(None, description="WarmUntil is when idle capacity is released.")
+from nodus.apis.v1.node import NodeSpec, NodeStatus
 
 
 class NodeStrategy(Strategy):

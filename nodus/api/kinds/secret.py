@@ -45,21 +45,18 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from pydantic import Field
-
 from nodus.api.errors import APIError
 from nodus.api.fieldmanagement import gojson
 from nodus.api.fieldmanagement.lastapplied import LAST_APPLIED_ANNOTATION
-from nodus.api.kinds.job.base import JobModel
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.apimachinery.units import format_time, now, time_or_none
+from nodus.apis.v1.secret import MAX_VERSIONS, SecretFields, SecretStatus
 
 MAX_BYTES = 1024 * 1024
-MAX_VERSIONS = 32
 # Written by the controllers: the versions that live Jobs pin, as "1,3". See the module docstring.
 PINNED_ANNOTATION = "nodus.dev/pinned-versions"
 # A version superseded this recently is kept even if no Job pins it yet: a Job admitted a moment
@@ -98,41 +95,6 @@ def keyring() -> Keyring:
 
 
 # --- the served form ---------------------------------------------------------------------------
-
-
-class SecretVersion(JobModel):
-    """SecretVersion is one kept version of the values: its number, its keys and when it was made."""
-
-    version: int = Field(ge=1, description="Version is the number of this version, from 1.")
-    keys: list[str] = Field(description="Keys are the names of the values in this version, sorted.")
-    created_time: str | None = Field(None, description="CreatedTime is when this version was written.")
-
-
-class SecretStatus(JobModel):
-    """SecretStatus describes the values without revealing them."""
-
-    version: int | None = Field(None, description="Version is the current version: what a new Job pins.")
-    keys: list[str] | None = Field(None, description="Keys are the names of the current version's values, sorted.")
-    versions: list[SecretVersion] | None = Field(
-        None, description=f"Versions are the kept versions, oldest first (at most {MAX_VERSIONS})."
-    )
-
-
-class SecretFields(JobModel):
-    """The top-level fields of a Secret besides metadata and status, as clients write them."""
-
-    type: str | None = Field(
-        None, description="Type is a hint for consumers, such as Opaque (the default); it is immutable."
-    )
-    data: dict[str, str] | None = Field(
-        None,
-        description="Data holds the values, base64-encoded, by key (keys match [-._a-zA-Z0-9]+). Write-only: "
-        "responses never include it; a write without data or stringData keeps the current values.",
-    )
-    string_data: dict[str, str] | None = Field(
-        None,
-        description="StringData holds values as plain text, merged over data. Write-only, like data.",
-    )
 
 
 def served(obj: Object) -> Object:

@@ -11,10 +11,10 @@ billing and the controllers), warnings (``notices``) and printer columns (``colu
 from __future__ import annotations
 
 from nodus.api.kinds.job.columns import PRINTER_COLUMNS
-from nodus.api.kinds.job.spec import JobSpec
-from nodus.api.kinds.job.status import JobStatus
 from nodus.api.kinds.job.strategy import JobStrategy
 from nodus.api.registry import KindInfo
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.jobstatus import JobStatus
 
 JOB = KindInfo(
     kind="Job",

@@ -27,7 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from nodus.api.kinds.job.jsonview import JSONObject, as_object, child, objects
-from nodus.api.kinds.job.spec import JobSpec
+from nodus.apis.v1.jobspec import JobSpec
 
 
 def apply_defaults(spec: object) -> None:

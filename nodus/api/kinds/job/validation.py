@@ -16,12 +16,12 @@ from collections.abc import Callable
 from nodus.api.kinds.job import validation_capacity, validation_data, validation_runnable, validation_workload
 from nodus.api.kinds.job.jsonview import JSONObject, as_object, as_str
 from nodus.api.kinds.job.rules import duplicates
-from nodus.api.kinds.job.spec import JobSpec
-from nodus.api.kinds.job.status import JobStatus
 from nodus.api.kinds.job.validation_update import update_rules
 from nodus.api.kinds.modeling import validate_model
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.jobstatus import JobStatus
 
 SPEC = Path("spec")
 STATUS = Path("status")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from nodus.api.kinds.job import accelerators
 from nodus.api.kinds.job.jsonview import JSONObject, as_int, as_object, as_str, child
 from nodus.api.kinds.job.rules import exactly_one_of
 from nodus.apimachinery import fieldpath, topology, units
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1 import accelerators
 
 GPU_COUNTS = (1, 2, 4, 8)
 MAX_DISTRIBUTED_NODES = 16

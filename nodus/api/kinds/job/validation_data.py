@@ -19,9 +19,9 @@ import posixpath
 
 from nodus.api.kinds.job.jsonview import JSONObject, as_str, is_set, objects
 from nodus.api.kinds.job.rules import duplicates, exactly_one_of
-from nodus.api.kinds.job.scalars import path_problem
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1.scalars import path_problem
 
 INPUT_SOURCES = ("volume", "output", "bucket", "url", "fromWorkspace", "fromStage")
 IMPLICIT_OUTPUT = "outputs"

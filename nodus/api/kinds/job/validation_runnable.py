@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 
 from nodus.api.kinds.job.jsonview import JSONObject, as_str, is_set, objects
-from nodus.api.kinds.job.scalars import path_problem
 from nodus.api.kinds.job.validation_data import SYSTEM_PATHS
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1.scalars import path_problem
 
 # The runtime's working directory when spec.workingDir is unset (nodus.agent.contract.DEFAULT_WORKING_DIR).
 DEFAULT_WORKING_DIR = "/workspace"

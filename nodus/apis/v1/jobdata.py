@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.scalars import AbsolutePath, Matches, Sha256Hex
+from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.scalars import AbsolutePath, Matches, Sha256Hex
 
 INPUT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 OUTPUT_NAME_PATTERN = r"^[a-z0-9._-]{1,64}$"

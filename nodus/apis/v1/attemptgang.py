@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.scalars import Duration, Time
+from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.scalars import Duration, Time
 
 Launcher = Literal["Plain", "Torchrun", "Ray", "Verl", "Accelerate", "Deepspeed"]
 PathClass = Literal["Private", "Public", "Direct", "Relayed"]

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.scalars import (
+from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.scalars import (
     AbsolutePath,
     AutoOrDuration,
     Duration,

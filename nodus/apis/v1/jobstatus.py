@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel, list_map
-from nodus.api.kinds.job.scalars import DecimalString, Duration, Sha256Hex, Time, Usd
-from nodus.api.kinds.job.status_cost import Cost, Estimate
+from nodus.apis.v1.base import JobModel, list_map
+from nodus.apis.v1.jobcost import Cost, Estimate
+from nodus.apis.v1.scalars import DecimalString, Duration, Sha256Hex, Time, Usd
 
 JobPhase = Literal[
     "Pending",

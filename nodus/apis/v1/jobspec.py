@@ -18,8 +18,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel, list_map
-from nodus.api.kinds.job.scalars import (
+from nodus.apis.v1.base import JobModel, list_map
+from nodus.apis.v1.jobcapacity import Distributed, Placement, Recovery, Resources
+from nodus.apis.v1.jobdata import JobInput, JobOutput, VolumeMount
+from nodus.apis.v1.scalars import (
     AbsolutePath,
     DurationFormat,
     EnvName,
@@ -28,8 +30,6 @@ from nodus.api.kinds.job.scalars import (
     PositiveUsd,
     Time,
 )
-from nodus.api.kinds.job.spec_capacity import Distributed, Placement, Recovery, Resources
-from nodus.api.kinds.job.spec_data import JobInput, JobOutput, VolumeMount
 
 MAX_OUTPUTS = 32
 EgressPreset = Literal["apt", "conda", "docker-hub", "github", "huggingface", "npm", "python-packages", "pytorch"]

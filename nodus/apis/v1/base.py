@@ -17,10 +17,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from nodus.api.kinds.modeling import Model
+
+class Model(BaseModel):
+    """Base of every spec/status model: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        # Only the camelCase wire names are accepted: a Python name would validate but be stored
+        # under a key nothing else reads.
+        populate_by_name=False,
+        extra="forbid",
+        frozen=False,
+        use_attribute_docstrings=False,
+        ser_json_timedelta="iso8601",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form: camelCase, unset and None fields omitted."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
 
 _NULL = {"type": "null"}
 

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.api.kinds.job.base import JobModel
-from nodus.api.kinds.job.scalars import Duration, Time, Usd
+from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.scalars import Duration, Time, Usd
 
 USD_BAND = "USDBand is a median and a 90th-percentile amount in USD."
 DURATION_BAND = "DurationBand is a median and a 90th-percentile duration, as Go duration strings."

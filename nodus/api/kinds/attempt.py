@@ -17,8 +17,8 @@ from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1 import phases
 from nodus.apis.v1.attempt import (
-    TERMINAL_PHASES,
     AttemptSpec,
     AttemptStatus,
 )
@@ -52,7 +52,7 @@ class AttemptStrategy(Strategy):
         marked Lost and replaced) must not commit a checkpoint the replacement never restored."""
         errors = self.validate_status(new)
         old_status, new_status = old.get("status") or {}, new.get("status") or {}
-        ended = old_status.get("phase") in TERMINAL_PHASES
+        ended = old_status.get("phase") in phases.ATTEMPT_FINISHED
         if ended and _committed(new_status) != _committed(old_status):
             errors.append(
                 fieldpath.invalid(

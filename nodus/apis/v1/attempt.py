@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from nodus.apis.v1.attemptgang import AttemptGangSpec, AttemptGangStatus
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.jobcapacity import Placement, Recovery, Resources
 from nodus.apis.v1.jobcost import Cost
 from nodus.apis.v1.jobdata import JobOutput
@@ -25,13 +25,11 @@ from nodus.apis.v1.jobstatus import (
     UnitMetrics,
     VolumeStatus,
 )
+from nodus.apis.v1.phases import AttemptPhase
 from nodus.apis.v1.scalars import Duration, Time
 
-AttemptPhase = Literal["Pending", "Provisioning", "Starting", "Running", "Succeeded", "Failed", "Lost", "Stopped"]
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 
-
-class StopRequest(JobModel):
+class StopRequest(WireModel):
     """StopRequest asks the agent to stop the attempt: SIGTERM, then SIGKILL after the grace period."""
 
     grace_period_seconds: int = Field(30, ge=0, le=3600, description="GracePeriodSeconds is the wait before SIGKILL.")
@@ -48,7 +46,7 @@ class StopRequest(JobModel):
     )
 
 
-class CheckpointRef(JobModel):
+class CheckpointRef(WireModel):
     """CheckpointRef names a committed checkpoint: its sequence number and its manifest blob."""
 
     attempt: str | None = Field(None, description="Attempt is the attempt that committed it.")
@@ -60,7 +58,7 @@ class CheckpointRef(JobModel):
     time: Time | None = Field(None, description="Time is when it committed.")
 
 
-class PinnedSecret(JobModel):
+class PinnedSecret(WireModel):
     """PinnedSecret is one Secret at the version the Job pinned; uid tells a recreated Secret apart."""
 
     name: str = Field(min_length=1, description="Name is the Secret.")
@@ -68,14 +66,14 @@ class PinnedSecret(JobModel):
     version: int = Field(ge=1, description="Version is the pinned version.")
 
 
-class BucketObject(JobModel):
+class BucketObject(WireModel):
     """BucketObject names an object behind an S3 Connection."""
 
     connection: str = Field(min_length=1, description="Connection is the S3 Connection.")
     uri: str = Field(min_length=1, description="URI is s3://bucket/key.")
 
 
-class PinnedInput(JobModel):
+class PinnedInput(WireModel):
     """PinnedInput is one input as the agent fetches it: exactly one of url, bucket and blob."""
 
     blob: str | None = Field(None, description="Blob is the sha256:<hex> blob of an output or Volume revision.")
@@ -85,7 +83,7 @@ class PinnedInput(JobModel):
     url: str | None = Field(None, description="URL is an https:// file.")
 
 
-class PinnedVolume(JobModel):
+class PinnedVolume(WireModel):
     """PinnedVolume is one Volume mount: read-only at a pinned revision, or writable from the latest."""
 
     blob: str | None = Field(None, description="Blob is the revision's sha256:<hex> blob (none: empty).")
@@ -95,14 +93,14 @@ class PinnedVolume(JobModel):
     volume: str = Field(min_length=1, description="Volume is the Volume's name.")
 
 
-class ConnectionSecret(JobModel):
+class ConnectionSecret(WireModel):
     """ConnectionSecret names the Secret (and key) holding a Connection's credentials."""
 
     key: str | None = Field(None, description="Key is the Secret key holding the DSN (Postgres).")
     name: str = Field(description="Name is the Secret.")
 
 
-class PinnedConnection(JobModel):
+class PinnedConnection(WireModel):
     """PinnedConnection is a Connection as the Job uses it; its Secret is pinned with the others."""
 
     exposed: bool | None = Field(
@@ -114,14 +112,14 @@ class PinnedConnection(JobModel):
     type: str = Field(min_length=1, description="Type is S3, Postgres, Neon or Supabase.")
 
 
-class AttemptSourceGit(JobModel):
+class AttemptSourceGit(WireModel):
     """AttemptSourceGit is the repository and the ref (the pinned commit once resolved)."""
 
     ref: str = Field("", description="Ref is a branch, tag or commit; the pinned commit once resolved.")
     repo: str = Field(min_length=1, description="Repo is owner/name or an https:// URL.")
 
 
-class AttemptSource(JobModel):
+class AttemptSource(WireModel):
     """AttemptSource is the code to check out before initCommand: git or blob, at path."""
 
     blob: str | None = Field(None, description="Blob is the sha256:<hex> blob to unpack.")
@@ -129,7 +127,7 @@ class AttemptSource(JobModel):
     path: str = Field(min_length=1, description="Path is where the code goes (default workingDir).")
 
 
-class AttemptSpec(JobModel):
+class AttemptSpec(WireModel):
     """AttemptSpec pins one run of one index: what to run, under which constraints, and where."""
 
     args: list[str] | None = Field(None, description="Args are the arguments to the command.")
@@ -193,7 +191,7 @@ class AttemptSpec(JobModel):
     working_dir: str | None = Field(None, description="WorkingDir is the directory the command starts in.")
 
 
-class AttemptPlacement(JobModel):
+class AttemptPlacement(WireModel):
     """AttemptPlacement is the scheduler's decision, with its explanation."""
 
     cycle: int | None = Field(None, ge=0, description="Cycle is the scheduler cycle that decided.")
@@ -208,7 +206,7 @@ class AttemptPlacement(JobModel):
     warm_reuse: bool | None = Field(None, description="WarmReuse is true when a warm host was reused.")
 
 
-class AttemptRuntime(JobModel):
+class AttemptRuntime(WireModel):
     """AttemptRuntime says how the agent ran the command."""
 
     image: str | None = Field(
@@ -219,7 +217,7 @@ class AttemptRuntime(JobModel):
     sandbox: str | None = Field(None, description="Sandbox is the runtime: podman, bubblewrap or unsandboxed.")
 
 
-class CheckpointFailure(JobModel):
+class CheckpointFailure(WireModel):
     """CheckpointFailure is the latest checkpoint that did not commit."""
 
     message: str = Field(description="Message says what failed.")
@@ -227,7 +225,7 @@ class CheckpointFailure(JobModel):
     time: Time = Field(description="Time is when it failed.")
 
 
-class AttemptCheckpoint(JobModel):
+class AttemptCheckpoint(WireModel):
     """AttemptCheckpoint is the agent's account of this attempt's checkpoints: the latest committed one and how
     the cadence runs. A checkpoint is committed when this status names its manifest."""
 
@@ -262,7 +260,7 @@ class AttemptCheckpoint(JobModel):
     )
 
 
-class AttemptStatus(JobModel):
+class AttemptStatus(WireModel):
     """AttemptStatus is what Nodus observed about one run."""
 
     checkpoint: AttemptCheckpoint | None = Field(None, description="Checkpoint is the latest committed checkpoint.")

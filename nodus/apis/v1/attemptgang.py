@@ -14,14 +14,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.scalars import Duration, Time
 
 Launcher = Literal["Plain", "Torchrun", "Ray", "Verl", "Accelerate", "Deepspeed"]
 PathClass = Literal["Private", "Public", "Direct", "Relayed"]
 
 
-class GangShard(JobModel):
+class GangShard(WireModel):
     """GangShard is one rank's part of a committed gang checkpoint."""
 
     attempt: str = Field(min_length=1, description="Attempt is the rank attempt that uploaded it.")
@@ -31,7 +31,7 @@ class GangShard(JobModel):
     size: int | None = Field(None, ge=0, description="Size is the shard's size in bytes.")
 
 
-class AttemptGangSpec(JobModel):
+class AttemptGangSpec(WireModel):
     """AttemptGangSpec tells one rank the shape of its gang epoch and who its peers are."""
 
     epoch: int = Field(ge=1, description="Epoch is the gang epoch (the attempt number of every rank).")
@@ -53,7 +53,7 @@ class AttemptGangSpec(JobModel):
     )
 
 
-class MeshProbe(JobModel):
+class MeshProbe(WireModel):
     """MeshProbe is what one rank measured of its peers."""
 
     bus_gbps: str | None = Field(
@@ -63,7 +63,7 @@ class MeshProbe(JobModel):
     rtt_ms: str | None = Field(None, alias="rttMs", description="RTTMs is the slowest round trip to a peer, in ms.")
 
 
-class CommittedShard(JobModel):
+class CommittedShard(WireModel):
     """CommittedShard is a checkpoint shard this rank uploaded, under the gang request it answered."""
 
     manifest: str = Field(min_length=1, description="Manifest is the sha256:<hex> blob of the shard's manifest.")
@@ -73,7 +73,7 @@ class CommittedShard(JobModel):
     time: Time | None = Field(None, description="Time is when it committed.")
 
 
-class AttemptGangStatus(JobModel):
+class AttemptGangStatus(WireModel):
     """AttemptGangStatus is one rank's part of the assembly, as its agent reports it."""
 
     address: str | None = Field(None, description="Address is the rank's mesh endpoint, host:port.")

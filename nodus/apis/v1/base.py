@@ -15,15 +15,23 @@ affected: ``null`` is still accepted where the Python type allows None.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 
 class Model(BaseModel):
-    """Base of every spec/status model: camelCase on the wire, unknown fields refused."""
+    """Base of every spec/status model: camelCase on the wire, unknown fields refused, read-only.
+
+    Instances are frozen: the server validates with them and clients read through them
+    (:mod:`nodus.apis.v1.objects`); nobody writes an object by mutating a model. A client reading a
+    stored object validates with :data:`READING` as the context, which drops the fields this version
+    does not know (a newer server's), as Kubernetes clients ignore unknown fields; the server never
+    passes it, so a request's unknown field is still refused.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -31,14 +39,33 @@ class Model(BaseModel):
         # under a key nothing else reads.
         populate_by_name=False,
         extra="forbid",
-        frozen=False,
+        frozen=True,
         use_attribute_docstrings=False,
         ser_json_timedelta="iso8601",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown_when_reading(cls, data: Any, info: ValidationInfo) -> Any:
+        if info.context is not READING or not isinstance(data, dict):
+            return data
+        known = _wire_names(cls)
+        if known.issuperset(data):
+            return data
+        return {key: value for key, value in data.items() if key in known}
+
     def to_json(self) -> dict[str, Any]:
         """The wire form: camelCase, unset and None fields omitted."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+READING: Final = {"reading": True}
+"""The validation context of a client reading a stored object (see :class:`Model`)."""
+
+
+@functools.cache
+def _wire_names(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(field.alias or name for name, field in model.model_fields.items())
 
 
 _NULL = {"type": "null"}
@@ -73,7 +100,7 @@ def _shape_schema(schema: JsonDict, cls: type[Any]) -> None:
             prop["description"] = descriptions[name]
 
 
-class JobModel(Model):
+class WireModel(Model):
     """Base of the Job spec and status models (camelCase, unknown fields refused, structural schema).
 
     Only the JSON names are accepted: ``Model`` also accepts Python names (``max_cost_usd``), which

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 
 
-class BootstrapTokenSpec(JobModel):
+class BootstrapTokenSpec(WireModel):
     """BootstrapTokenSpec is a join token: when it ends, which node it may register, its secret's hash."""
 
     description: str | None = Field(None, max_length=256, description="Description says what the token is for.")
@@ -33,7 +33,7 @@ class BootstrapTokenSpec(JobModel):
     )
 
 
-class BootstrapTokenStatus(JobModel):
+class BootstrapTokenStatus(WireModel):
     """BootstrapTokenStatus records how the token was used."""
 
     last_used_time: str | None = Field(None, description="LastUsedTime is when a host last exchanged the token.")

@@ -9,13 +9,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel, list_map
+from nodus.apis.v1.base import WireModel, list_map
 from nodus.apis.v1.scalars import PositiveUsd, Time, Usd
 
 Period = Literal["Daily", "Monthly", "Total"]
 
 
-class LabelSelectorRequirement(JobModel):
+class LabelSelectorRequirement(WireModel):
     """LabelSelectorRequirement is a selector that contains values, a key, and an operator that relates the key
     and values."""
 
@@ -31,7 +31,7 @@ class LabelSelectorRequirement(JobModel):
     )
 
 
-class LabelSelector(JobModel):
+class LabelSelector(WireModel):
     """LabelSelector selects Jobs by their labels (metav1.LabelSelector): every requirement must hold; an empty
     selector selects every Job of the project."""
 
@@ -44,7 +44,7 @@ class LabelSelector(JobModel):
     )
 
 
-class BudgetSpec(JobModel):
+class BudgetSpec(WireModel):
     """BudgetSpec limits what the project's Jobs matching the selector may charge and hold per period."""
 
     limit_usd: PositiveUsd = Field(
@@ -63,7 +63,7 @@ class BudgetSpec(JobModel):
     description: str | None = Field(None, max_length=1024, description="Description says what the budget is for.")
 
 
-class BudgetCondition(JobModel):
+class BudgetCondition(WireModel):
     """BudgetCondition is one observation of the Budget (metav1.Condition), such as Exhausted."""
 
     last_transition_time: Time | None = Field(
@@ -78,7 +78,7 @@ class BudgetCondition(JobModel):
     type: str = Field(min_length=1, description="Type is the CamelCase condition type, such as Exhausted.")
 
 
-class BudgetStatus(JobModel):
+class BudgetStatus(WireModel):
     """BudgetStatus is a display copy of the ledger's figures for the budget's current period."""
 
     observed_generation: int | None = Field(

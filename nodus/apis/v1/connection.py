@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 
 ConnectionType = Literal["S3", "Postgres", "Neon", "Supabase"]
 POSTGRES_TYPES = frozenset({"Postgres", "Neon", "Supabase"})
@@ -19,7 +19,7 @@ S3_KEYS = ("accessKeyID", "secretAccessKey")
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-class S3Connection(JobModel):
+class S3Connection(WireModel):
     """S3Connection locates a bucket on an S3-compatible endpoint."""
 
     endpoint: str = Field(
@@ -36,7 +36,7 @@ class S3Connection(JobModel):
     )
 
 
-class PostgresConnection(JobModel):
+class PostgresConnection(WireModel):
     """PostgresConnection names the Secret that holds a PostgreSQL connection string."""
 
     dsn_secret: str = Field(
@@ -47,7 +47,7 @@ class PostgresConnection(JobModel):
     )
 
 
-class ConnectionSpec(JobModel):
+class ConnectionSpec(WireModel):
     """ConnectionSpec says what kind of store it is and where; exactly the block of its type is set."""
 
     type: ConnectionType = Field(description="Type is S3, Postgres, Neon or Supabase (the last two are Postgres).")

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.scalars import (
     AbsolutePath,
     AutoOrDuration,
@@ -28,7 +28,7 @@ from nodus.apis.v1.scalars import (
 GpuCount = Literal[1, 2, 4, 8]
 
 
-class GPURequest(JobModel):
+class GPURequest(WireModel):
     """GPURequest asks for accelerators. A family (H100) matches any of its variants and never another family."""
 
     count: GpuCount | None = Field(None, description="Count is the GPUs per node: 1, 2, 4 or 8.")
@@ -40,7 +40,7 @@ class GPURequest(JobModel):
     )
 
 
-class Resources(JobModel):
+class Resources(WireModel):
     """Resources are capacity floors. For GPU work the offering’s host shape applies if larger."""
 
     cpu: Quantity | None = Field(None, description="CPU is the vCPU floor.")
@@ -59,7 +59,7 @@ class Resources(JobModel):
     )
 
 
-class Distributed(JobModel):
+class Distributed(WireModel):
     """Distributed runs the Job as a gang of nodes that start together and restart together (Beta)."""
 
     gpus_per_node: GpuCount | None = Field(
@@ -106,7 +106,7 @@ class Distributed(JobModel):
     )
 
 
-class Placement(JobModel):
+class Placement(WireModel):
     """Placement constrains where work may run."""
 
     dedicated: bool | None = Field(None, description="Dedicated is reserved; only true (or unset) is accepted.")
@@ -132,7 +132,7 @@ class Placement(JobModel):
     regions: list[str] | None = Field(None, description="Regions are region classes (us, eu, …); empty means any.")
 
 
-class CheckpointPolicy(JobModel):
+class CheckpointPolicy(WireModel):
     """CheckpointPolicy configures checkpoints."""
 
     format: Literal["Snapshot", "Dcp"] | None = Field(
@@ -160,7 +160,7 @@ class CheckpointPolicy(JobModel):
     )
 
 
-class Recovery(JobModel):
+class Recovery(WireModel):
     """Recovery says how progress survives lost capacity."""
 
     checkpoint: CheckpointPolicy = Field(

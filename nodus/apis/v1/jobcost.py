@@ -14,14 +14,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.scalars import Duration, Time, Usd
 
 USD_BAND = "USDBand is a median and a 90th-percentile amount in USD."
 DURATION_BAND = "DurationBand is a median and a 90th-percentile duration, as Go duration strings."
 
 
-class CostSegments(JobModel):
+class CostSegments(WireModel):
     """CostSegments splits a charge by billing segment."""
 
     boot_usd: Usd | None = Field(
@@ -58,7 +58,7 @@ class CostSegments(JobModel):
     )
 
 
-class Cost(JobModel):
+class Cost(WireModel):
     """Cost is status.cost on every kind that spends money. It is a display copy of the ledger: amounts are decimal
     USD strings, and nothing is charged from these fields."""
 
@@ -81,7 +81,7 @@ class Cost(JobModel):
     )
 
 
-class BlockingReason(JobModel):
+class BlockingReason(WireModel):
     """BlockingReason says why a create would fail now."""
 
     code: str | None = Field(
@@ -91,14 +91,14 @@ class BlockingReason(JobModel):
     message: str | None = Field(None, description="Message states the reason with the amounts involved.")
 
 
-class USDBand(JobModel):
+class USDBand(WireModel):
     """USDBand is a median and a 90th-percentile amount in USD."""
 
     p50: Usd | None = Field(None, description="P50 is the median amount.")
     p90: Usd | None = Field(None, description="P90 is the 90th-percentile amount.")
 
 
-class PlacementPreview(JobModel):
+class PlacementPreview(WireModel):
     """PlacementPreview is the customer-safe description of the capacity a create would use."""
 
     explain: str | None = Field(
@@ -110,28 +110,28 @@ class PlacementPreview(JobModel):
     warm_reuse: bool | None = Field(None, description="WarmReuse reports whether warm capacity would be reused.")
 
 
-class DurationBand(JobModel):
+class DurationBand(WireModel):
     """DurationBand is a median and a 90th-percentile duration, as Go duration strings."""
 
     p50: Duration | None = Field(None, description="P50 is the median duration.")
     p90: Duration | None = Field(None, description="P90 is the 90th-percentile duration.")
 
 
-class StartupEstimate(JobModel):
+class StartupEstimate(WireModel):
     """StartupEstimate is the expected time to start."""
 
     cold: DurationBand | None = Field(None, description=DURATION_BAND)
     warm: DurationBand | None = Field(None, description=DURATION_BAND)
 
 
-class EstimateWarning(JobModel):
+class EstimateWarning(WireModel):
     """EstimateWarning is a non-blocking note on an estimate."""
 
     code: str | None = Field(None, description="Code is the CamelCase warning code.")
     message: str | None = Field(None, description="Message explains the warning.")
 
 
-class Estimate(JobModel):
+class Estimate(WireModel):
     """Estimate is returned in status.estimate by a dry-run (?dryRun=All) and on create for every compute kind
     (ADR-031). Amounts are decimal USD strings; the ETag of the dry-run response binds a later create to it."""
 

@@ -12,14 +12,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.scalars import AbsolutePath, Matches, Sha256Hex
 
 INPUT_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 OUTPUT_NAME_PATTERN = r"^[a-z0-9._-]{1,64}$"
 
 
-class BucketInput(JobModel):
+class BucketInput(WireModel):
     """BucketInput is an object in customer storage."""
 
     connection: str = Field(min_length=1, description="Connection is an S3 Connection that can read it.")
@@ -33,14 +33,14 @@ class BucketInput(JobModel):
     ] = Field(description="URI is s3://bucket/key.")
 
 
-class StageInput(JobModel):
+class StageInput(WireModel):
     """StageInput names an output of a Pipeline stage."""
 
     output: str = Field(min_length=1, description="Output is the output name.")
     stage: str = Field(min_length=1, description="Stage is the producing stage.")
 
 
-class WorkspaceInput(JobModel):
+class WorkspaceInput(WireModel):
     """WorkspaceInput mounts a Workspace home."""
 
     name: str = Field(min_length=1, description="Name is the Workspace.")
@@ -53,7 +53,7 @@ class WorkspaceInput(JobModel):
     ) = Field(None, description="Path is a subdirectory of the home.")
 
 
-class OutputInput(JobModel):
+class OutputInput(WireModel):
     """OutputInput names a committed output of another Job."""
 
     index: int = Field(0, ge=0, description="Index selects an index of an Indexed Job (default 0).")
@@ -61,7 +61,7 @@ class OutputInput(JobModel):
     name: str = Field(min_length=1, description="Name is the output.")
 
 
-class URLInput(JobModel):
+class URLInput(WireModel):
     """URLInput is a file downloaded over HTTPS."""
 
     sha256: Sha256Hex | None = Field(None, description="SHA256 is the expected digest.")
@@ -70,14 +70,14 @@ class URLInput(JobModel):
     ] = Field(description="URL is https:// only.")
 
 
-class VolumeInput(JobModel):
+class VolumeInput(WireModel):
     """VolumeInput names a Volume revision."""
 
     name: str = Field(min_length=1, description="Name is the Volume.")
     revision: int | None = Field(None, ge=1, description="Revision pins a revision.")
 
 
-class JobInput(JobModel):
+class JobInput(WireModel):
     """JobInput is one input: exactly one of volume, output, bucket, url, fromWorkspace and fromStage (fromStage only
     on Jobs created by a Pipeline). It is mounted at /nodus/inputs/<name>."""
 
@@ -96,7 +96,7 @@ class JobInput(JobModel):
     volume: VolumeInput | None = Field(None, description="VolumeInput names a Volume revision.")
 
 
-class OutputSink(JobModel):
+class OutputSink(WireModel):
     """OutputSink loads an output into a customer database table."""
 
     connection: str = Field(min_length=1, description="Connection is a Postgres, Neon or Supabase Connection.")
@@ -104,7 +104,7 @@ class OutputSink(JobModel):
     table: str = Field(min_length=1, description="Table is the destination table.")
 
 
-class JobOutput(JobModel):
+class JobOutput(WireModel):
     """JobOutput is a declared output."""
 
     from_ranks: Literal["Zero", "All"] = Field(
@@ -123,7 +123,7 @@ class JobOutput(JobModel):
     sink: OutputSink | None = Field(None, description="OutputSink loads an output into a customer database table.")
 
 
-class VolumeMount(JobModel):
+class VolumeMount(WireModel):
     """VolumeMount mounts a Volume."""
 
     mount_path: AbsolutePath = Field(description="MountPath is the absolute mount point; system paths are refused.")

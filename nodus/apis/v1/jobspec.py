@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel, list_map
+from nodus.apis.v1.base import WireModel, list_map
 from nodus.apis.v1.jobcapacity import Distributed, Placement, Recovery, Resources
 from nodus.apis.v1.jobdata import JobInput, JobOutput, VolumeMount
 from nodus.apis.v1.scalars import (
@@ -52,20 +52,20 @@ GitRepo = Annotated[
 ]
 
 
-class SecretKeySelector(JobModel):
+class SecretKeySelector(WireModel):
     """SecretKeySelector selects one key of a Secret."""
 
     key: str = Field(min_length=1, description="Key is the key within it.")
     name: str = Field(min_length=1, description="Name is the Secret.")
 
 
-class EnvVarSource(JobModel):
+class EnvVarSource(WireModel):
     """EnvVarSource names where an env value comes from."""
 
     secret_key_ref: SecretKeySelector = Field(description="SecretKeySelector selects one key of a Secret.")
 
 
-class EnvVar(JobModel):
+class EnvVar(WireModel):
     """EnvVar is one environment variable: a literal value or a Secret key."""
 
     name: EnvName = Field(description="Name matches ^[A-Za-z_][A-Za-z0-9_]*$.")
@@ -73,7 +73,7 @@ class EnvVar(JobModel):
     value_from: EnvVarSource | None = Field(None, description="EnvVarSource names where an env value comes from.")
 
 
-class InitCommand(JobModel):
+class InitCommand(WireModel):
     """InitCommand is a preflight run before the command."""
 
     command: list[str] = Field(min_length=1, description="Command is the argv.")
@@ -82,7 +82,7 @@ class InitCommand(JobModel):
     )
 
 
-class Sidecar(JobModel):
+class Sidecar(WireModel):
     """Sidecar is a helper container with native-sidecar semantics."""
 
     command: list[str] | None = Field(None, description="Command is the sidecar’s argv.")
@@ -96,7 +96,7 @@ class Sidecar(JobModel):
     )
 
 
-class GitSource(JobModel):
+class GitSource(WireModel):
     """GitSource is a repository checkout."""
 
     path: AbsolutePath | None = Field(None, description="Path is the checkout path (default workingDir).")
@@ -104,14 +104,14 @@ class GitSource(JobModel):
     repo: GitRepo = Field(description="Repo is owner/name or an https:// URL.")
 
 
-class Source(JobModel):
+class Source(WireModel):
     """Source is the code for the container: exactly one of git and blob."""
 
     blob: BlobDigest | None = Field(None, description="Blob is sha256:<64 hex> naming an uploaded blob.")
     git: GitSource | None = Field(None, description="GitSource is a repository checkout.")
 
 
-class Egress(JobModel):
+class Egress(WireModel):
     """Egress is the outbound network policy."""
 
     allow: list[EgressHost] | None = Field(
@@ -127,20 +127,20 @@ class Egress(JobModel):
     )
 
 
-class Network(JobModel):
+class Network(WireModel):
     """Network sets egress for the container."""
 
     egress: Egress = Field(default_factory=Egress, description="Egress is the outbound network policy.")
 
 
-class SecretMount(JobModel):
+class SecretMount(WireModel):
     """SecretMount mounts one Secret, optionally pinned to a version. The bare name is accepted on write."""
 
     name: str = Field(min_length=1, description="Name is the Secret.")
     version: int | None = Field(None, ge=1, description="Version pins a version; unset pins the latest at admission.")
 
 
-class JobSpec(JobModel):
+class JobSpec(WireModel):
     """JobSpec describes a Job. Everything is immutable after create except parallelism, backoffLimit, timeout,
     maxCostUSD (raise only), recovery.maxAttempts, recovery.checkpoint.interval and retainAfterFinish,
     ttlSecondsAfterFinished and state."""

@@ -14,26 +14,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel, list_map
+from nodus.apis.v1.base import WireModel, list_map
 from nodus.apis.v1.jobcost import Cost, Estimate
+from nodus.apis.v1.phases import JobPhase
 from nodus.apis.v1.scalars import DecimalString, Duration, Sha256Hex, Time, Usd
 
-JobPhase = Literal[
-    "Pending",
-    "Queued",
-    "Provisioning",
-    "Running",
-    "Recovering",
-    "Suspending",
-    "Suspended",
-    "Succeeded",
-    "Failed",
-    "Cancelled",
-]
 NetworkPath = Literal["Private", "Public", "Direct", "Relayed"]
 
 
-class AttemptCounts(JobModel):
+class AttemptCounts(WireModel):
     """AttemptCounts counts attempts of one slot."""
 
     current: int | None = Field(None, ge=1, description="Current is the current attempt’s number, from 1.")
@@ -41,7 +30,7 @@ class AttemptCounts(JobModel):
     total: int | None = Field(None, ge=0, description="Total is how many attempts have run.")
 
 
-class CheckpointStatus(JobModel):
+class CheckpointStatus(WireModel):
     """CheckpointStatus is the latest committed checkpoint."""
 
     interval: Duration | None = Field(None, description="Interval is the cadence in use.")
@@ -53,7 +42,7 @@ class CheckpointStatus(JobModel):
     time: Time | None = Field(None, description="Time is when it committed.")
 
 
-class Condition(JobModel):
+class Condition(WireModel):
     """Condition is one observation of the Job (metav1.Condition), such as Admitted, Funded or Complete."""
 
     last_transition_time: Time | None = Field(
@@ -70,7 +59,7 @@ class Condition(JobModel):
     )
 
 
-class GangMember(JobModel):
+class GangMember(WireModel):
     """GangMember is one rank of a gang epoch."""
 
     attempt: str | None = Field(None, description="Attempt is the rank’s attempt id.")
@@ -81,7 +70,7 @@ class GangMember(JobModel):
     region_class: str | None = Field(None, description="RegionClass is the rank’s region class.")
 
 
-class GangProbe(JobModel):
+class GangProbe(WireModel):
     """GangProbe is a measured network path."""
 
     bus_gbps: DecimalString | None = Field(None, description="BusGbps is the measured all-reduce bus bandwidth.")
@@ -90,7 +79,7 @@ class GangProbe(JobModel):
     rtt_ms: DecimalString | None = Field(None, description="RTTMs is the measured round-trip time.")
 
 
-class GangStatus(JobModel):
+class GangStatus(WireModel):
     """GangStatus is the current epoch of a gang Job, in offering keys only."""
 
     epoch: int | None = Field(None, ge=0, description="Epoch is the gang epoch.")
@@ -115,7 +104,7 @@ class GangStatus(JobModel):
     )
 
 
-class ImageStatus(JobModel):
+class ImageStatus(WireModel):
     """ImageStatus is the pinned image."""
 
     digest: str | None = Field(None, description="Digest is the pinned digest.")
@@ -127,7 +116,7 @@ class ImageStatus(JobModel):
     )
 
 
-class InputStatus(JobModel):
+class InputStatus(WireModel):
     """InputStatus is a pinned input."""
 
     name: str | None = Field(None, description="Name is the input.")
@@ -135,14 +124,14 @@ class InputStatus(JobModel):
     volume_revision: int | None = Field(None, ge=1, description="VolumeRevision is the pinned Volume revision.")
 
 
-class Link(JobModel):
+class Link(WireModel):
     """Link is a related page."""
 
     kind: str | None = Field(None, description="Kind names the link, for example wandb.")
     url: str | None = Field(None, description="URL is the page.")
 
 
-class SinkStatus(JobModel):
+class SinkStatus(WireModel):
     """SinkStatus is the state of one sink load."""
 
     message: str | None = Field(None, description="Message explains a failure.")
@@ -152,7 +141,7 @@ class SinkStatus(JobModel):
     rows: int | None = Field(None, ge=0, description="Rows is how many rows were loaded.")
 
 
-class OutputStatus(JobModel):
+class OutputStatus(WireModel):
     """OutputStatus is a committed output."""
 
     committed_time: Time | None = Field(
@@ -169,7 +158,7 @@ class OutputStatus(JobModel):
     size: int | None = Field(None, ge=0, description="Size is the size in bytes.")
 
 
-class JobPlacement(JobModel):
+class JobPlacement(WireModel):
     """JobPlacement is where the current attempt runs, in customer terms."""
 
     interruptible: bool | None = Field(None, description="Interruptible is true on reclaimable capacity.")
@@ -181,14 +170,14 @@ class JobPlacement(JobModel):
     warm_reuse: bool | None = Field(None, description="WarmReuse is true when warm capacity was reused.")
 
 
-class ProgressUnits(JobModel):
+class ProgressUnits(WireModel):
     """ProgressUnits counts work units."""
 
     completed: int | None = Field(None, ge=0, description="Completed is units done.")
     total: int | None = Field(None, ge=0, description="Total is units planned, when known.")
 
 
-class Progress(JobModel):
+class Progress(WireModel):
     """Progress is what the program reported."""
 
     metrics: dict[str, DecimalString] | None = Field(
@@ -198,14 +187,14 @@ class Progress(JobModel):
     units: ProgressUnits | None = Field(None, description="ProgressUnits counts work units.")
 
 
-class SourceStatus(JobModel):
+class SourceStatus(WireModel):
     """SourceStatus is the resolved code."""
 
     blob: str | None = Field(None, description="Blob is the uploaded blob.")
     commit: str | None = Field(None, description="Commit is the resolved git commit.")
 
 
-class StorageStatus(JobModel):
+class StorageStatus(WireModel):
     """StorageStatus is the bytes a Job owns."""
 
     billed_bytes: int | None = Field(
@@ -216,7 +205,7 @@ class StorageStatus(JobModel):
     bytes: int | None = Field(None, ge=0, description="Bytes is checkpoints plus outputs.")
 
 
-class Topology(JobModel):
+class Topology(WireModel):
     """Topology is the resolved shape of a gang Job; it never changes across epochs."""
 
     accelerator: str | None = Field(None, description="Accelerator is the resolved accelerator id.")
@@ -229,7 +218,7 @@ class Topology(JobModel):
     total_gpus: int | None = Field(None, alias="totalGPUs", ge=1, description="TotalGPUs is nodes × gpusPerNode.")
 
 
-class VolumeStatus(JobModel):
+class VolumeStatus(WireModel):
     """VolumeStatus is a Volume revision a mount used: pinned (read-only) or written (writable, on success)."""
 
     mount_path: str | None = Field(None, description="MountPath is where it was mounted.")
@@ -238,7 +227,7 @@ class VolumeStatus(JobModel):
     volume: str | None = Field(None, description="Volume is the Volume's name.")
 
 
-class UnitMetrics(JobModel):
+class UnitMetrics(WireModel):
     """UnitMetrics summarize per-unit timings."""
 
     completed: int | None = Field(None, ge=0, description="Completed is units done.")
@@ -249,7 +238,7 @@ class UnitMetrics(JobModel):
     p95_ms: int | None = Field(None, ge=0, description="P95Ms is the 95th percentile unit time.")
 
 
-class JobStatus(JobModel):
+class JobStatus(WireModel):
     """JobStatus is what Nodus observed about a Job."""
 
     active: int | None = Field(None, ge=0, description="Active is the number of indexes with a live attempt.")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 
 
-class LeaseSpec(JobModel):
+class LeaseSpec(WireModel):
     """LeaseSpec names the current holder and how long its claim lasts."""
 
     acquire_time: str | None = Field(None, description="AcquireTime is when the current holder took the lease.")

@@ -5,17 +5,14 @@ The wire models of the kind: what the API server validates and what clients read
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.jobstatus import Condition
+from nodus.apis.v1.phases import NodePhase
 
-NodePhase = Literal["Booting", "Ready", "Lost", "Failed", "Terminating"]
 
-
-class NodeSpec(JobModel):
+class NodeSpec(WireModel):
     """NodeSpec says which offering a host provides and whether new work may land on it."""
 
     offering: str = Field(min_length=1, description="Offering is the offering id this host provides.")
@@ -23,14 +20,14 @@ class NodeSpec(JobModel):
     unschedulable: bool | None = Field(None, description="Unschedulable keeps new attempts off the host.")
 
 
-class NodeAddress(JobModel):
+class NodeAddress(WireModel):
     """NodeAddress is one way to reach the host."""
 
     address: str = Field(min_length=1, description="Address is the address.")
     type: str = Field(min_length=1, description="Type is InternalIP, ExternalIP or Hostname.")
 
 
-class NodeCapacity(JobModel):
+class NodeCapacity(WireModel):
     """NodeCapacity is what the host offers."""
 
     cpu: str | None = Field(None, description="CPU is the host's vCPU count.")
@@ -39,7 +36,7 @@ class NodeCapacity(JobModel):
     memory: str | None = Field(None, description="Memory is the host memory.")
 
 
-class NodeStatus(JobModel):
+class NodeStatus(WireModel):
     """NodeStatus is what Nodus observed about a host."""
 
     addresses: list[NodeAddress] | None = Field(None, description="Addresses reach the host.")

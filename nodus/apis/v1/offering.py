@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from nodus.apis.v1 import accelerators
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 from nodus.apis.v1.scalars import Duration, PositiveDuration, PositiveUsd, Quantity
 
 
@@ -23,14 +23,14 @@ def _variant(value: str) -> str:
 VariantId = Annotated[str, AfterValidator(_variant)]
 
 
-class BootBand(JobModel):
+class BootBand(WireModel):
     """BootBand is how long a cold host takes from the request to a registered agent."""
 
     p50: Duration = Field(description="P50 is the median cold boot time, such as 90s.")
     p90: Duration = Field(description="P90 is the 90th percentile cold boot time, such as 4m.")
 
 
-class OfferingSpec(JobModel):
+class OfferingSpec(WireModel):
     """OfferingSpec describes one host shape in one region, on one market, and what an hour of it costs."""
 
     accelerator: VariantId | None = Field(
@@ -70,7 +70,7 @@ class OfferingSpec(JobModel):
     )
 
 
-class OfferingStatus(JobModel):
+class OfferingStatus(WireModel):
     """OfferingStatus is what the provider reports about an offering."""
 
     capacity: int | None = Field(

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 
 MAX_VERSIONS = 32
 
 
-class SecretVersion(JobModel):
+class SecretVersion(WireModel):
     """SecretVersion is one kept version of the values: its number, its keys and when it was made."""
 
     version: int = Field(ge=1, description="Version is the number of this version, from 1.")
@@ -20,7 +20,7 @@ class SecretVersion(JobModel):
     created_time: str | None = Field(None, description="CreatedTime is when this version was written.")
 
 
-class SecretStatus(JobModel):
+class SecretStatus(WireModel):
     """SecretStatus describes the values without revealing them."""
 
     version: int | None = Field(None, description="Version is the current version: what a new Job pins.")
@@ -30,7 +30,7 @@ class SecretStatus(JobModel):
     )
 
 
-class SecretFields(JobModel):
+class SecretFields(WireModel):
     """The top-level fields of a Secret besides metadata and status, as clients write them."""
 
     type: str | None = Field(

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from nodus.apis.v1.base import JobModel
+from nodus.apis.v1.base import WireModel
 
 TAR = "application/x-tar"
 TAR_ZSTD = "application/vnd.nodus.tar+zstd"
 
 
-class VolumeSpec(JobModel):
+class VolumeSpec(WireModel):
     """VolumeSpec describes a volume; its content is in its revisions."""
 
     description: str | None = Field(None, max_length=1024, description="Description says what the volume holds.")
 
 
-class VolumeRevision(JobModel):
+class VolumeRevision(WireModel):
     """VolumeRevision is one immutable version of the volume's content."""
 
     revision: int = Field(ge=1, description="Revision is the revision's number, from 1.")
@@ -37,7 +37,7 @@ class VolumeRevision(JobModel):
     )
 
 
-class VolumeStatus(JobModel):
+class VolumeStatus(WireModel):
     """VolumeStatus lists the volume's revisions, oldest first."""
 
     latest_revision: int = Field(0, ge=0, description="LatestRevision is the newest revision's number; 0: none.")

@@ -1,0 +1,41 @@
+"""The label, annotation and finalizer keys Nodus writes and reads, each written once.
+
+Labels select (agents watch the Attempts labelled with their node; logs and the Job controller find
+a Job's Attempts by ``nodus.dev/job``). Annotations carry requests and bookkeeping that are not part
+of a kind's schema: a user's requested restart or checkpoint, a controller's record of what it has
+charged, an injected fault. Finalizers hold a deletion until a controller has done its part.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Labels on Attempts (set by the Job controller and the provisioner).
+JOB: Final = "nodus.dev/job"
+"""The name of the Job an Attempt runs."""
+INDEX: Final = "nodus.dev/index"
+"""The completion index an Attempt runs."""
+NODE: Final = "nodus.dev/node"
+"""The Node an Attempt is assigned to; agents select their work on it. Also on a node's join token."""
+GANG_EPOCH: Final = "nodus.dev/gang-epoch"
+"""The gang epoch a rank attempt belongs to."""
+OFFERING: Final = "nodus.dev/offering"
+"""The offering a Node was provisioned from."""
+
+# Annotations.
+RESTART_REQUESTED_AT: Final = "nodus.dev/restart-requested-at"
+"""On a Job: a user asks for a restart at this time (each new value restarts once)."""
+CHECKPOINT_REQUESTED_AT: Final = "nodus.dev/checkpoint-requested-at"
+"""On a Job: a user asks for a checkpoint now (each new value asks once)."""
+TERMINATE_AT: Final = "nodus.dev/terminate-at"
+"""On a Node: the provider reclaims the host at this time (a preemption notice)."""
+PINNED_VERSIONS: Final = "nodus.dev/pinned-versions"
+"""On a Secret: the versions that live Jobs pin, as ``1,3``; the server keeps them."""
+STORAGE_CHARGES: Final = "nodus.dev/storage-charges"
+"""On a Job: the storage hours already charged, written by storage billing."""
+
+# Finalizers.
+STOP_ATTEMPTS: Final = "nodus.dev/stop-attempts"
+"""On a Job: its Attempts must stop (and be billed) before it goes."""
+PROJECT_CONTENTS: Final = "nodus.dev/project-contents"
+"""On a Project: everything it holds must be deleted before it goes."""

@@ -142,12 +142,17 @@ def representatives(attempts: list[Object]) -> list[Object]:
             status["finishTime"] = max(finishes, default=None)
         out.append(
             {
-                "metadata": {**rank0["metadata"], "name": _epoch_name(rank0)},
+                # Not rank 0's resourceVersion: a typed view of this object must not be rank 0's cached one.
+                "metadata": {**_unversioned(rank0["metadata"]), "name": _epoch_name(rank0)},
                 "spec": {**(rank0.get("spec") or {}), "stop": None},
                 "status": {k: v for k, v in status.items() if v is not None},
             }
         )
     return out
+
+
+def _unversioned(meta: Object) -> Object:
+    return {key: value for key, value in meta.items() if key != "resourceVersion"}
 
 
 def assembly_failures(attempts: list[Object]) -> int:

@@ -52,6 +52,8 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.apimachinery.money import MICRO, charge
 from nodus.apimachinery.money import text as usd
+from nodus.apis.v1 import objects, phases
+from nodus.apis.v1.attempt import AttemptStatus
 from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
@@ -65,7 +67,6 @@ FUNDED_WINDOW = timedelta(minutes=10)
 CAPTURE_INTERVAL = 30.0
 INCREMENT_SECONDS = 60
 COVERED_REASONS = frozenset({"BootFailed", "NodeLost"})
-_TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 API = "/apis/nodus.dev/v1"
 
 
@@ -76,20 +77,21 @@ WAITS = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExceeded"})
 STOP_GRACE_SECONDS = 30
 
 
-def waiting_for_credit(attempt: Object) -> list[str]:
+def waiting_for_credit(obj: Object) -> list[str]:
     """Index of live attempts waiting for credit, by project: a grant there should try them at once."""
-    status = attempt.get("status") or {}
-    if status.get("reason") != "InsufficientCredits" or status.get("phase") in _TERMINAL:
-        return []
-    return [str(attempt["metadata"].get("namespace") or "")]
+    return _waiting_for(objects.read(objects.Attempt, obj), "InsufficientCredits")
 
 
-def waiting_for_budget(attempt: Object) -> list[str]:
+def waiting_for_budget(obj: Object) -> list[str]:
     """Index of live attempts waiting for room in a Budget, by project: a Budget's change there tries them."""
-    status = attempt.get("status") or {}
-    if status.get("reason") != "BudgetExceeded" or status.get("phase") in _TERMINAL:
+    return _waiting_for(objects.read(objects.Attempt, obj), "BudgetExceeded")
+
+
+def _waiting_for(attempt: objects.Attempt, reason: str) -> list[str]:
+    status = attempt.status
+    if status.reason != reason or status.phase in phases.ATTEMPT_FINISHED:
         return []
-    return [str(attempt["metadata"].get("namespace") or "")]
+    return [attempt.metadata.namespace or ""]
 
 
 def enqueue_attempts_of_job(queue: WorkQueue[Any], attempts: Informer, index: str) -> Handler:
@@ -97,13 +99,15 @@ def enqueue_attempts_of_job(queue: WorkQueue[Any], attempts: Informer, index: st
     their funding again."""
 
     def handler(old: Object | None, new: Object | None) -> None:
-        if new is not None and (
-            old is None
-            or (old.get("spec") or {}).get("maxCostUSD") != (new.get("spec") or {}).get("maxCostUSD")
-            or old["metadata"].get("labels") != new["metadata"].get("labels")
-        ):
-            for attempt in attempts.by_index(index, str(new["metadata"]["uid"])):
-                queue.add((str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["name"])))
+        if new is None:
+            return
+        job = objects.read(objects.Job, new)
+        if old is not None:
+            before = objects.read(objects.Job, old)
+            if before.spec.max_cost_usd == job.spec.max_cost_usd and before.metadata.labels == job.metadata.labels:
+                return
+        for attempt in attempts.by_index(index, job.metadata.uid):
+            queue.add((str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["name"])))
 
     return handler
 
@@ -113,7 +117,7 @@ def enqueue_waiting(queue: WorkQueue[Any], attempts: Informer) -> Handler:
 
     def handler(old: Object | None, new: Object | None) -> None:
         if new is not None:
-            project = str(new["metadata"]["name"])
+            project = objects.read(objects.Project, new).metadata.name
             for attempt in attempts.by_index(CREDIT_WAIT_INDEX, project):
                 queue.add((project, str(attempt["metadata"]["name"])))
 
@@ -125,13 +129,16 @@ def enqueue_waiting_for_budget(queue: WorkQueue[Any], attempts: Informer) -> Han
     project waiting for a Budget try again now."""
 
     def handler(old: Object | None, new: Object | None) -> None:
-        if old is not None and new is not None and old.get("spec") == new.get("spec"):
+        before = objects.read(objects.Budget, old) if old is not None else None
+        after = objects.read(objects.Budget, new) if new is not None else None
+        if before is not None and after is not None and before.spec == after.spec:
             return  # only its status copy moved
-        budget = new if new is not None else old
-        if budget is not None:
-            project = str(budget["metadata"].get("namespace") or "")
-            for attempt in attempts.by_index(BUDGET_WAIT_INDEX, project):
-                queue.add((project, str(attempt["metadata"]["name"])))
+        budget = after or before
+        if budget is None:
+            return
+        project = budget.metadata.namespace or ""
+        for attempt in attempts.by_index(BUDGET_WAIT_INDEX, project):
+            queue.add((project, str(attempt["metadata"]["name"])))
 
     return handler
 
@@ -157,19 +164,19 @@ class Bill:
         return (self.rate * Decimal(self.window.total_seconds()) / 3600).quantize(MICRO, rounding=ROUND_CEILING)
 
 
-def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
+def bill(attempt: objects.Attempt, now: datetime, restore: bool) -> Bill | None:
     """The attempt's billed seconds per segment at ``now`` (None: it never billed)."""
-    status = attempt.get("status") or {}
-    rate_text = (status.get("placement") or {}).get("rateUSDPerHour")
-    if not status.get("scheduledTime") or not rate_text:
+    status = attempt.status
+    rate_text = status.placement.rate_usd_per_hour if status.placement is not None else None
+    if not status.scheduled_time or not rate_text:
         return None
-    final = status.get("phase") in _TERMINAL
-    if not (attempt.get("spec") or {}).get("node"):
+    final = status.phase in phases.ATTEMPT_FINISHED
+    if not attempt.spec.node:
         # No capacity yet (it may wait for its hold), or never: nothing bills; only the hold matters.
-        return Bill({}, Decimal(str(rate_text)), False, final)
+        return Bill({}, Decimal(rate_text), False, final)
     ordered = billing_start(status)
-    end = units.time_or_none(status.get("finishTime")) or now if final else now
-    started = units.time_or_none(status.get("startTime"))
+    end = units.time_or_none(status.finish_time) or now if final else now
+    started = units.time_or_none(status.start_time)
     boot_end = min(started, end) if started is not None else end
     boot = _seconds(boot_end - ordered)
     running = _seconds(end - started) if started is not None and end > started else Decimal(0)
@@ -181,28 +188,31 @@ def bill(attempt: Object, now: datetime, restore: bool) -> Bill | None:
             Decimal(INCREMENT_SECONDS),
         )
         seconds["Teardown"] = billed - total
-    covered = status.get("phase") == "Lost" and status.get("reason") in COVERED_REASONS
+    covered = status.phase == "Lost" and status.reason in COVERED_REASONS
     first = "Restore" if restore else "Boot"
     closed = tuple(seconds) if final else ((first,) if started is not None else ())
-    return Bill(seconds, Decimal(str(rate_text)), covered, final, closed)
+    return Bill(seconds, Decimal(rate_text), covered, final, closed)
 
 
-def billing_start(status: Object) -> datetime:
+def billing_start(status: AttemptStatus) -> datetime:
     """When an attempt with capacity started billing: ``provisioningTime`` (``scheduledTime`` for attempts
-    assigned before it was written)."""
-    return units.parse_time(status.get("provisioningTime") or status["scheduledTime"])
+    assigned before it was written). Only for an attempt that was scheduled (:func:`bill` is not None)."""
+    start = status.provisioning_time or status.scheduled_time
+    if start is None:
+        raise ValueError("an attempt that was never scheduled has no billing start")
+    return units.parse_time(start)
 
 
-def funded_until(attempt: Object, rate: Decimal, charged: Decimal, held: Decimal, now: datetime) -> str:
+def funded_until(attempt: objects.Attempt, rate: Decimal, charged: Decimal, held: Decimal, now: datetime) -> str:
     """The funded edge of a billing attempt (``status.cost.fundedUntilTime``): when what accrues from
     :func:`billing_start` at ``rate`` reaches what was charged plus what is held. It moves only when the ledger
     does (an extension, a capture), never with the clock, so the Attempt and its Job are not rewritten on every
     look (``kubectl get jobs -w``, issue 16). Without capacity nothing accrues yet: the edge first shown (``now``
     plus what is held) stays until capacity is assigned."""
-    status = attempt.get("status") or {}
-    if not (attempt.get("spec") or {}).get("node"):
-        shown = (status.get("cost") or {}).get("fundedUntilTime")
-        return str(shown) if shown else units.format_time(now + timedelta(seconds=float(held / rate * 3600)))
+    status = attempt.status
+    if not attempt.spec.node:
+        shown = status.cost.funded_until_time if status.cost is not None else None
+        return shown or units.format_time(now + timedelta(seconds=float(held / rate * 3600)))
     return units.format_time(billing_start(status) + timedelta(seconds=float((charged + held) / rate * 3600)))
 
 
@@ -225,21 +235,22 @@ class AttemptBilling:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
-        attempt = self._attempts.get(namespace, name) if namespace is not None else None
-        if attempt is None or namespace is None:
+        obj = self._attempts.get(namespace, name) if namespace is not None else None
+        if obj is None or namespace is None:
             return None
-        status = attempt.get("status") or {}
-        if (status.get("cost") or {}).get("final"):
+        attempt = objects.read(objects.Attempt, obj)
+        status = attempt.status
+        if status.cost is not None and status.cost.final:
             return None
         now = units.now()
         owed = bill(attempt, now, self._restores(attempt))
         if owed is None:
             return None
         owed = dataclasses.replace(owed, window=self._window)
-        uid = str(attempt["metadata"]["uid"])
+        uid = attempt.metadata.uid
         # On first sight (no cost shown yet) the hold is posted straight away: the posting is idempotent
         # and answers the ledger's state, so the read before it would only add a round trip to the start.
-        ledger = {"exists": False} if not status.get("cost") else await self._get(namespace, uid)
+        ledger = {"exists": False} if status.cost is None else await self._get(namespace, uid)
         if not ledger["exists"]:
             if owed.final and not owed.seconds:
                 return await self._write_cost(attempt, ledger, owed)  # it ended without capacity: nothing billed
@@ -248,9 +259,8 @@ class AttemptBilling:
             )
             hold = hold.quantize(MICRO, rounding=ROUND_CEILING)
             body = {"operation": "Hold", "key": f"hold:{uid}", "hold": uid, "amountUSD": usd(hold)}
-            body["subject"] = str((attempt.get("spec") or {}).get("jobUID") or "")
-            if job := (attempt.get("spec") or {}).get("job"):
-                body["job"] = str(job)  # its labels select the Budgets the hold must fit
+            body["subject"] = attempt.spec.job_uid
+            body["job"] = attempt.spec.job  # its labels select the Budgets the hold must fit
             if (cap := self._cap(attempt)) is not None:
                 body["capUSD"] = cap
             try:
@@ -258,12 +268,11 @@ class AttemptBilling:
             except errors.APIError as exc:
                 if exc.reason not in WAITS:
                     raise
-                return await self._refuse(attempt, exc.reason, exc.message)
-            if status.get("reason") in WAITS:  # funded at last: the wait is over
-                meta = attempt["metadata"]
+                return await self._refuse(obj, exc.reason, exc.message)
+            if status.reason in WAITS:  # funded at last: the wait is over
                 patch = {"status": {"reason": None, "message": None}}
-                await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
-        ledger = await self._capture(attempt, owed, ledger)
+                await self._client.patch("attempts", name, patch, namespace, subresource="status")
+        ledger = await self._capture(obj, owed, ledger)
         if owed.final:
             if not ledger.get("settled"):
                 ledger = await self._post(namespace, {"operation": "Release", "key": f"release:{uid}", "hold": uid})
@@ -272,31 +281,32 @@ class AttemptBilling:
         await self._write_cost(attempt, ledger, owed)
         return Result(requeue_after=self._interval)
 
-    def _restores(self, attempt: Object) -> bool:
+    def _restores(self, attempt: objects.Attempt) -> bool:
         """Its bring-up is a Restore: it restores a checkpoint, or replaces an attempt that lost its capacity."""
-        spec = attempt.get("spec") or {}
-        if spec.get("restore"):
+        spec = attempt.spec
+        if spec.restore is not None:
             return True
-        number = int(spec.get("number") or 1)
-        if number <= 1:
+        if spec.number <= 1:
             return False
-        earlier = f"{spec.get('job')}-{spec.get('index', 0)}-{number - 1}"
+        earlier = f"{spec.job}-{spec.index}-{spec.number - 1}"
         # A gang's new epoch replaces every rank of the last one: a loss of any of them makes it a Restore.
-        size = int((spec.get("gang") or {}).get("size") or 0)
+        size = spec.gang.size if spec.gang is not None else 0
         names = [f"{earlier}-r{rank}" for rank in range(size)] if size else [earlier]
         for name in names:
-            previous = self._attempts.get(attempt["metadata"]["namespace"], name)
-            if previous is not None and (previous.get("status") or {}).get("phase") == "Lost":
+            previous = self._attempts.get(attempt.metadata.namespace, name)
+            if previous is not None and objects.read(objects.Attempt, previous).status.phase == "Lost":
                 return True
         return False
 
-    async def _capture(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
-        """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues."""
-        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
+    async def _capture(self, obj: Object, owed: Bill, ledger: Object) -> Object:
+        """Capture every closed segment's charge not captured yet; keep the hold ahead of what accrues.
+        ``obj`` is the Attempt as stored (a stop for want of money is asked with it)."""
+        attempt = objects.read(objects.Attempt, obj)
+        namespace, uid = attempt.metadata.namespace or "", attempt.metadata.uid
         charged = {**ledger.get("chargedUSD", {}), **ledger.get("coveredUSD", {})}
         if owed.covered:
             # Nodus's fault, found at the end: what was charged before (a Boot closed at the start) goes back.
-            ledger = await self._refund(attempt, owed, ledger)
+            ledger = await self._refund(namespace, uid, owed, ledger)
             charged = dict(ledger.get("coveredUSD") or {})
         for segment in owed.closed:
             seconds = owed.seconds[segment]
@@ -317,11 +327,10 @@ class AttemptBilling:
             }
             ledger = await self._post(namespace, body)
         if not owed.final and not owed.covered:
-            ledger = await self._keep_funded(attempt, owed, ledger)
+            ledger = await self._keep_funded(obj, owed, ledger)
         return ledger
 
-    async def _refund(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
-        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
+    async def _refund(self, namespace: str, uid: str, owed: Bill, ledger: Object) -> Object:
         for segment, paid in (ledger.get("chargedUSD") or {}).items():
             amount = Decimal(str(paid))
             if amount <= 0:
@@ -338,10 +347,12 @@ class AttemptBilling:
             ledger = await self._post(namespace, body)
         return ledger
 
-    async def _keep_funded(self, attempt: Object, owed: Bill, ledger: Object) -> Object:
+    async def _keep_funded(self, obj: Object, owed: Bill, ledger: Object) -> Object:
         """Extend the hold by a window once less than half a window (or the stop margin) is left beyond what
-        has accrued; when the project or the Job's cap cannot fund it, stop the attempt before the hold runs out."""
-        if not (attempt.get("spec") or {}).get("node"):
+        has accrued; when the project or the Job's cap cannot fund it, stop the attempt (``obj``, as stored)
+        before the hold runs out."""
+        attempt = objects.read(objects.Attempt, obj)
+        if not attempt.spec.node:
             # No capacity yet: nothing accrues, so there is nothing to extend and nothing to stop. (Stopping
             # it would only start a replacement that holds the same funds: with a window shorter than the
             # stop margin, a loop.)
@@ -354,8 +365,8 @@ class AttemptBilling:
         margin = charge(owed.rate, Decimal(self._interval + STOP_GRACE_SECONDS + INCREMENT_SECONDS))
         if owed.rate <= 0 or left >= max(owed.step / 2, margin):
             return ledger
-        namespace, uid = str(attempt["metadata"]["namespace"]), str(attempt["metadata"]["uid"])
-        job = str((attempt.get("spec") or {}).get("job") or "") or None
+        namespace, uid = attempt.metadata.namespace or "", attempt.metadata.uid
+        job = attempt.spec.job
         # Enough windows at once to be past the threshold again: one posting and one status write, where a
         # window shorter than the margin (a test's) would otherwise take one window per look.
         steps = max(1, math.ceil((max(owed.step / 2, margin) - left) / owed.step)) if owed.step > 0 else 1
@@ -371,7 +382,7 @@ class AttemptBilling:
                 funded_end = units.now() + timedelta(seconds=float(max(left, Decimal(0)) / owed.rate * 3600))
                 await stop_attempt(
                     self._client,
-                    attempt,
+                    obj,
                     exc.reason,
                     checkpoint=_checkpointed(attempt),
                     deadline=units.format_time(funded_end),
@@ -397,26 +408,27 @@ class AttemptBilling:
                     raise
         return await self._extend(namespace, uid, ledger, step, cap, job)
 
-    async def _mark_unfunded(self, attempt: Object, reason: str | None, message: str | None, edge: str | None) -> None:
+    async def _mark_unfunded(
+        self, attempt: objects.Attempt, reason: str | None, message: str | None, edge: str | None
+    ) -> None:
         """Write (or clear, all None) a running attempt's money wait: reason, message and ``stopByTime``."""
-        status = attempt.get("status") or {}
-        if reason is None and status.get("reason") not in WAITS and not status.get("stopByTime"):
+        status = attempt.status
+        if reason is None and status.reason not in WAITS and not status.stop_by_time:
             return
-        if reason is not None and status.get("reason") == reason and status.get("stopByTime"):
+        if reason is not None and status.reason == reason and status.stop_by_time:
             return  # the edge was written when the wait began; moving it on every look would churn
-        meta = attempt["metadata"]
+        meta = attempt.metadata
         patch = {"status": {"reason": reason, "message": message, "stopByTime": edge}}
         with contextlib.suppress(errors.NotFound):
-            await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
+            await self._client.patch("attempts", meta.name, patch, meta.namespace, subresource="status")
 
-    def _cap(self, attempt: Object) -> str | None:
+    def _cap(self, attempt: objects.Attempt) -> str | None:
         """The Job's ``maxCostUSD``, if it has one (the Job read from the informer, matched by uid)."""
-        spec = attempt.get("spec") or {}
-        job = self._jobs.get(attempt["metadata"]["namespace"], str(spec.get("job") or ""))
-        if job is None or job["metadata"].get("uid") != spec.get("jobUID"):
+        obj = self._jobs.get(attempt.metadata.namespace, attempt.spec.job)
+        if obj is None:
             return None
-        cap = (job.get("spec") or {}).get("maxCostUSD")
-        return str(cap) if cap is not None else None
+        job = objects.read(objects.Job, obj)
+        return job.spec.max_cost_usd if job.metadata.uid == attempt.spec.job_uid else None
 
     async def _extend(
         self, namespace: str, uid: str, ledger: Object, amount: Decimal, cap: str | None = None, job: str | None = None
@@ -435,25 +447,25 @@ class AttemptBilling:
             body["job"] = job
         return await self._post(namespace, body)
 
-    async def _refuse(self, attempt: Object, reason: str, message: str) -> Result | None:
+    async def _refuse(self, obj: Object, reason: str, message: str) -> Result | None:
         """The project's credit, the Job's cap or a Budget cannot fund the hold: the attempt waits, unfunded
         and without capacity, saying why (``reason``: InsufficientCredits, MaxCostReached or BudgetExceeded);
         it is tried again every ``CAPTURE_INTERVAL``, at once after a grant, a raised cap or a Budget's
-        change (DECISIONS 15)."""
-        meta = attempt["metadata"]
-        if (attempt.get("spec") or {}).get("node"):
+        change (DECISIONS 15). ``obj`` is the Attempt as stored."""
+        attempt = objects.read(objects.Attempt, obj)
+        meta = attempt.metadata
+        if attempt.spec.node:
             # Capacity was assigned before billing saw it (a provisioner of an older release): stop it.
-            await stop_attempt(self._client, attempt, reason, grace_seconds=0)
+            await stop_attempt(self._client, obj, reason, grace_seconds=0)
             return None
-        status = attempt.get("status") or {}
-        if status.get("reason") != reason or status.get("message") != message:
-            log.info("attempt %s/%s waits: %s", meta["namespace"], meta["name"], message)
+        if attempt.status.reason != reason or attempt.status.message != message:
+            log.info("attempt %s/%s waits: %s", meta.namespace, meta.name, message)
             patch = {"status": {"reason": reason, "message": message}}
             with contextlib.suppress(errors.NotFound):
-                await self._client.patch("attempts", meta["name"], patch, meta["namespace"], subresource="status")
+                await self._client.patch("attempts", meta.name, patch, meta.namespace, subresource="status")
         return Result(requeue_after=self._interval)
 
-    async def _write_cost(self, attempt: Object, ledger: Object, owed: Bill) -> Result | None:
+    async def _write_cost(self, attempt: objects.Attempt, ledger: Object, owed: Bill) -> Result | None:
         charged = {k: Decimal(str(v)) for k, v in (ledger.get("chargedUSD") or {}).items()}
         covered = sorted((ledger.get("coveredUSD") or {}).keys())
         # Every closed segment is shown, a zero one too (a warm start has no boot to charge).
@@ -480,12 +492,13 @@ class AttemptBilling:
         if not owed.final and owed.rate > 0:
             total = sum(charged.values(), Decimal(0))
             cost["fundedUntilTime"] = funded_until(attempt, owed.rate, total, held, units.now())
-        if (attempt.get("status") or {}).get("cost") == _without_nulls(cost):
+        shown_now = attempt.status.cost
+        if shown_now is not None and shown_now.to_json() == _without_nulls(cost):
             return None
-        meta = attempt["metadata"]
+        meta = attempt.metadata
         with contextlib.suppress(errors.NotFound):
             await self._client.patch(
-                "attempts", meta["name"], {"status": {"cost": cost}}, meta["namespace"], subresource="status"
+                "attempts", meta.name, {"status": {"cost": cost}}, meta.namespace, subresource="status"
             )
         return None
 
@@ -498,9 +511,9 @@ class AttemptBilling:
         return dict(response.json())
 
 
-def _checkpointed(attempt: Object) -> bool:
-    recovery = (attempt.get("spec") or {}).get("recovery") or {}
-    return bool(recovery) and recovery.get("continuity", "Checkpointed") == "Checkpointed"
+def _checkpointed(attempt: objects.Attempt) -> bool:
+    recovery = attempt.spec.recovery
+    return recovery is not None and recovery.continuity == "Checkpointed"
 
 
 def _without_nulls(value: Any) -> Any:

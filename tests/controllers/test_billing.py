@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nodus.apis.v1 import objects
 from nodus.controllers import billing
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -15,7 +16,7 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 def attempt(phase: str, node: str | None = "n1", **times: str) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": phase, "placement": {"rateUSDPerHour": "3.6"}, **times}
-    spec: dict[str, Any] = {"number": 1, **({"node": node} if node else {})}
+    spec: dict[str, Any] = {"job": "j", "jobUID": "j-uid", "index": 0, "number": 1, **({"node": node} if node else {})}
     return {"metadata": {"name": "a", "namespace": "p", "uid": "u"}, "spec": spec, "status": status}
 
 
@@ -92,7 +93,7 @@ def attempt(phase: str, node: str | None = "n1", **times: str) -> dict[str, Any]
 def test_billed_seconds(
     obj: dict[str, Any], restore: bool, seconds: dict[str, str] | None, closed: tuple[str, ...]
 ) -> None:
-    owed = billing.bill(obj, NOW, restore)
+    owed = billing.bill(objects.read(objects.Attempt, obj), NOW, restore)
     if seconds is None:
         assert owed is None
         return
@@ -109,21 +110,18 @@ def test_a_nodus_fault_is_covered_and_a_preemption_is_not() -> None:
     }
     lost = attempt("Lost", reason="NodeLost", **times)
     preempted = attempt("Lost", reason="Preempted", **times)
-    assert billing.bill(lost, NOW, False).covered  # type: ignore[union-attr]
-    assert not billing.bill(preempted, NOW, False).covered  # type: ignore[union-attr]
+    assert billing.bill(objects.read(objects.Attempt, lost), NOW, False).covered  # type: ignore[union-attr]
+    assert not billing.bill(objects.read(objects.Attempt, preempted), NOW, False).covered  # type: ignore[union-attr]
 
 
 def test_charges_are_rate_times_seconds_to_the_micro_dollar() -> None:
-    owed = billing.bill(
-        attempt(
-            "Succeeded",
-            scheduledTime="2026-11-29T11:58:00Z",
-            startTime="2026-11-29T11:58:10Z",
-            finishTime="2026-11-29T11:58:55Z",
-        ),
-        NOW,
-        False,
+    obj = attempt(
+        "Succeeded",
+        scheduledTime="2026-11-29T11:58:00Z",
+        startTime="2026-11-29T11:58:10Z",
+        finishTime="2026-11-29T11:58:55Z",
     )
+    owed = billing.bill(objects.read(objects.Attempt, obj), NOW, False)
     assert owed is not None
     assert owed.amounts() == {"Boot": Decimal("0.01"), "Running": Decimal("0.045"), "Teardown": Decimal("0.005")}
 
@@ -175,4 +173,5 @@ def test_the_funded_edge_moves_with_the_ledger_not_the_clock(
     obj: dict[str, Any], charged: str, held: str, now: datetime, expected: str
 ) -> None:
     """3.6 USD/h is 0.001 USD/s: 0.605 USD charged and held fund 605 s from the billing start."""
-    assert billing.funded_until(obj, Decimal("3.6"), Decimal(charged), Decimal(held), now) == expected
+    view = objects.read(objects.Attempt, obj)
+    assert billing.funded_until(view, Decimal("3.6"), Decimal(charged), Decimal(held), now) == expected

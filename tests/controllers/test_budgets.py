@@ -94,4 +94,5 @@ def test_a_budgets_spec_change_or_deletion_retries_the_waiting_attempts() -> Non
     ],
 )
 def test_attempts_waiting_for_a_budget_are_indexed_by_project(status: dict[str, Any], indexed: list[str]) -> None:
-    assert billing.waiting_for_budget({"metadata": {"namespace": "p"}, "status": status}) == indexed
+    spec = {"job": "j", "jobUID": "j-uid", "index": 0, "number": 1}
+    assert billing.waiting_for_budget({"metadata": {"namespace": "p"}, "spec": spec, "status": status}) == indexed

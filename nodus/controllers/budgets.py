@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import objects
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 from nodus.controllers.jobs import conditions
@@ -29,13 +30,12 @@ REFRESH_INTERVAL = 10.0
 _FIGURES = ("spentUSD", "heldUSD", "remainingUSD", "periodStart", "periodEnd")
 
 
-def shown(budget: Object, ledger: Object, now: Any) -> Object:
+def shown(budget: objects.Budget, ledger: Object, now: Any) -> Object:
     """The status ``budget`` should show for the ledger's ``ledger`` figures (a pure function)."""
-    old = budget.get("status") or {}
-    generation = budget["metadata"].get("generation")
+    generation = budget.metadata.generation
     status: Object = {k: ledger[k] for k in _FIGURES if k in ledger}
     status["observedGeneration"] = generation
-    status["conditions"] = [dict(c) for c in old.get("conditions") or [] if isinstance(c, dict)]
+    status["conditions"] = [c.to_json() for c in budget.status.conditions or ()]
     remaining, limit = Decimal(str(ledger["remainingUSD"])), str(ledger["limitUSD"])
     until = f" until {ledger['periodEnd']}" if ledger.get("periodEnd") else ""
     if remaining <= 0:
@@ -71,20 +71,21 @@ class BudgetStatus:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
-        budget = self._budgets.get(namespace, name) if namespace is not None else None
-        if budget is None or namespace is None:
+        obj = self._budgets.get(namespace, name) if namespace is not None else None
+        if obj is None or namespace is None:
             return None
+        budget = objects.read(objects.Budget, obj)
         try:
             response = await self._client.request("GET", f"{API}/namespaces/{namespace}/ledger/budgets/{name}")
         except errors.NotFound:
             return None  # deleted meanwhile
         ledger = dict(response.json())
-        if ledger.get("uid") != budget["metadata"].get("uid"):
+        if ledger.get("uid") != budget.metadata.uid:
             return Result(requeue_after=1.0)  # replaced by a Budget of the same name: the informer catches up
         status = shown(budget, ledger, units.now())
-        if status != (budget.get("status") or {}):
+        if status != budget.status.to_json():
             try:
-                await self._client.update("budgets", {**budget, "status": status}, namespace, subresource="status")
+                await self._client.update("budgets", {**obj, "status": status}, namespace, subresource="status")
             except errors.NotFound:
                 return None
             except errors.Conflict:

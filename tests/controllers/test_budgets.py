@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from nodus.apis.v1 import objects
 from nodus.client.workqueue import WorkQueue
 from nodus.controllers import billing
 from nodus.controllers.budgets import shown
@@ -14,12 +15,16 @@ from nodus.controllers.budgets import shown
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
-def budget(status: dict[str, Any] | None = None, generation: int = 1, limit: str = "10") -> dict[str, Any]:
+def budget_object(status: dict[str, Any] | None = None, generation: int = 1, limit: str = "10") -> dict[str, Any]:
     return {
         "metadata": {"name": "team-a", "namespace": "p", "uid": "u", "generation": generation},
         "spec": {"limitUSD": limit, "period": "Monthly"},
         **({"status": status} if status is not None else {}),
     }
+
+
+def budget(status: dict[str, Any] | None = None, generation: int = 1) -> objects.Budget:
+    return objects.read(objects.Budget, budget_object(status, generation))
 
 
 def ledger(spent: str, held: str, remaining: str, limit: str = "10.00") -> dict[str, Any]:
@@ -75,10 +80,10 @@ class Attempts:
 def test_a_budgets_spec_change_or_deletion_retries_the_waiting_attempts() -> None:
     queue: WorkQueue[Any] = WorkQueue()
     handler = billing.enqueue_waiting_for_budget(queue, Attempts("j-0-1", "k-0-1"))  # type: ignore[arg-type]
-    old = budget()
+    old = budget_object()
     handler(old, {**old, "status": {"spentUSD": "1.00"}})  # a status copy: nothing to retry
     assert len(queue) == 0
-    handler(old, budget(limit="20"))
+    handler(old, budget_object(limit="20"))
     assert len(queue) == 2
     other: WorkQueue[Any] = WorkQueue()
     billing.enqueue_waiting_for_budget(other, Attempts("j-0-1"))(old, None)  # type: ignore[arg-type]

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from nodus.api.context import RequestContext
 from nodus.api.strategy import Object, Strategy
 
 GROUP = "nodus.dev"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
+
+Admission = Callable[[Object, RequestContext], Awaitable[None]]
+"""A kind's admission: called on create after validation, with the request; may raise an APIError (a
+Job's estimate and funding checks). It may read storage, unlike a strategy's synchronous hooks."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,9 @@ class KindInfo:
     # response path (get, list, watch, write responses, Tables) serves ``served(obj)``; it returns a
     # new object and never changes its argument. None: the stored object is served as it is.
     served: Callable[[Object], Object] | None = None
+    # What the server checks on create beyond the strategy's rules, with the request (the Job's estimate);
+    # a kind declared without one gets it when the server builds its registry (``catalog.registry``).
+    admission: Admission | None = None
 
     @property
     def list_kind(self) -> str:

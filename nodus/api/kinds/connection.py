@@ -26,6 +26,7 @@ from nodus.api.kinds.modeling import validate_model
 from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
+from nodus.apimachinery.destinations import Policy
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apis.v1.connection import (
     _LOCAL_HOSTS,
@@ -53,7 +54,11 @@ def _endpoint_problems(endpoint: str, path: Path) -> list[FieldError]:
 
 
 class ConnectionStrategy(Strategy):
-    """A Connection is all spec; ``postgres.dsnKey`` defaults to ``dsn``."""
+    """A Connection is all spec; ``postgres.dsnKey`` defaults to ``dsn``. An S3 endpoint must be one the agent
+    may reach under ``destinations`` (the server's policy; strict by default)."""
+
+    def __init__(self, destinations: Policy | None = None) -> None:
+        self.destinations = destinations or Policy()
 
     def prepare_for_create(self, obj: Object) -> None:
         super().prepare_for_create(obj)
@@ -85,7 +90,7 @@ class ConnectionStrategy(Strategy):
                 scheme_problems = _endpoint_problems(spec.s3.endpoint, endpoint_path)
                 problems += scheme_problems
                 if not scheme_problems and (old is None or spec.s3.endpoint != _endpoint(old)):
-                    problems += destinationrules.endpoint_rule(spec.s3.endpoint, endpoint_path)
+                    problems += destinationrules.endpoint_rule(spec.s3.endpoint, self.destinations, endpoint_path)
                 problems += objectmeta.validate_name(
                     spec.s3.credentials_secret, Path("spec", "s3", "credentialsSecret"), dns_label=False
                 )

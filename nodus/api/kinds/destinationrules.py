@@ -4,8 +4,9 @@ The API server refuses, with a field error naming the field and the fix, every d
 see that the agent would refuse: Job URL inputs (``spec.inputs[].url.url``), git sources
 (``spec.source.git.repo``; ``owner/name`` is github.com) and S3 Connection endpoints
 (``spec.s3.endpoint``), checked with :mod:`nodus.apimachinery.destinations` against the policy the
-server was started with (:func:`configure`: ``--allow-loopback-endpoints``, ``--forbid-address``, the
-server's own database and listening addresses).
+server was started with (:func:`server_policy`: ``--allow-loopback-endpoints``, ``--forbid-address``,
+the server's own database and listening addresses), which the Job and Connection strategies are given
+when the server builds its registry.
 
 The Job's egress governs these fetches as it governs the program:
 
@@ -36,20 +37,6 @@ _OWNER_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 SPEC = Path("spec")
 
 
-class _Configured:
-    policy = destinations.Policy()
-
-
-def configure(policy: destinations.Policy) -> None:
-    """Give the process's kinds the API server's destination policy (the server does, at start)."""
-    _Configured.policy = policy
-
-
-def policy() -> destinations.Policy:
-    """The configured policy; strict (no loopback, nothing extra forbidden) until configured."""
-    return _Configured.policy
-
-
 def server_policy(allow_loopback: bool, forbid: Iterable[str], database_url: str) -> destinations.Policy:
     """The API server's policy: its flags plus its own database's endpoint (from ``database_url``).
 
@@ -72,15 +59,16 @@ def server_policy(allow_loopback: bool, forbid: Iterable[str], database_url: str
     return destinations.Policy(allow_loopback=allow_loopback, forbidden=frozenset(resolved))
 
 
-def job_rules(obj: JSONObject, path: Path = SPEC) -> list[FieldError]:
-    """Every destination of a new Job that the agent would refuse, and what its egress policy forbids."""
+def job_rules(obj: JSONObject, policy: destinations.Policy, path: Path = SPEC) -> list[FieldError]:
+    """Every destination of a new Job that the agent would refuse under the server's ``policy``, and what the
+    Job's egress policy forbids."""
     spec = as_object(obj.get("spec"))
     if spec is None:
         return []
     egress = child(spec, "network", "egress") or {}
     allow = [entry for entry in egress.get("allow") or [] if isinstance(entry, str)]
     presets = [entry for entry in egress.get("presets") or [] if isinstance(entry, str)]
-    reach = policy().with_egress(as_str(egress.get("policy")) or "Open", allow, presets)
+    reach = policy.with_egress(as_str(egress.get("policy")) or "Open", allow, presets)
     errors: list[FieldError] = []
     for index, item in objects(spec.get("inputs")):
         item_path = path.child("inputs").index(index)
@@ -100,9 +88,9 @@ def job_rules(obj: JSONObject, path: Path = SPEC) -> list[FieldError]:
     return errors
 
 
-def endpoint_rule(endpoint: str, path: Path) -> list[FieldError]:
-    """An S3 Connection's endpoint, which the agent reaches for bucket inputs."""
-    return _url_rule(endpoint, policy(), path)
+def endpoint_rule(endpoint: str, policy: destinations.Policy, path: Path) -> list[FieldError]:
+    """An S3 Connection's endpoint, which the agent reaches for bucket inputs, under the server's ``policy``."""
+    return _url_rule(endpoint, policy, path)
 
 
 def _url_rule(url: str, reach: destinations.Policy, path: Path) -> list[FieldError]:

@@ -72,18 +72,8 @@ KDF = "hkdf-sha256/secrets"
 _VALUE_FIELDS = ("data", "stringData")
 
 
-class _Configured:
-    keyring: Keyring | None = None
-
-
-def configure(keyring: Keyring | None) -> None:
-    """Give the Secret kind the process's keyring (the API server does, at start; None: none)."""
-    _Configured.keyring = keyring
-
-
-def keyring() -> Keyring:
-    """The configured keyring; a 503 Status when the server was started without one."""
-    ring = _Configured.keyring
+def require(ring: Keyring | None) -> Keyring:
+    """``ring``, or a 503 Status when the server was started without one."""
     if ring is None:
         raise APIError(
             "ServiceUnavailable",
@@ -303,7 +293,11 @@ def _without_unpinned(kept: list[dict[str, Any]], obj: Object) -> list[dict[str,
 
 
 class SecretStrategy(Strategy):
-    """Seals values in the prepare hooks; ``sealed`` and ``status`` are the server's, never the client's."""
+    """Seals values in the prepare hooks with ``keyring`` (the server's; None: writes of values answer 503);
+    ``sealed`` and ``status`` are the server's, never the client's."""
+
+    def __init__(self, keyring: Keyring | None = None) -> None:
+        self.keyring = keyring
 
     def prepare_for_create(self, obj: Object) -> None:
         obj.pop("status", None)
@@ -314,7 +308,7 @@ class SecretStrategy(Strategy):
         values, problems = _values(obj)
         if problems:
             return  # left for validate to report
-        ring = keyring()
+        ring = require(self.keyring)
         entry = _seal(ring, str(obj["metadata"]["uid"]), 1, values or {})
         for name in _VALUE_FIELDS:
             obj.pop(name, None)
@@ -329,7 +323,7 @@ class SecretStrategy(Strategy):
         _strip_last_applied(new)
         values, problems = _values(new)
         if values is not None and not problems:
-            ring = keyring()
+            ring = require(self.keyring)
             name = str(old["metadata"].get("name"))
             current_version = int(kept[-1]["version"]) if kept else 0
             try:

@@ -12,6 +12,7 @@ import copy
 from typing import Any, Self
 
 from nodus.api.kinds.job import JOB
+from nodus.api.strategy import Strategy
 from nodus.apimachinery.fieldpath import ErrorType, FieldError
 
 IMAGE = "ghcr.io/acme/train:1.0"
@@ -90,18 +91,20 @@ def make_job(name: str = "train") -> JobBuilder:
     return JobBuilder(name)
 
 
-def create(job: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+def create(job: dict[str, Any], strategy: Strategy = JOB.strategy) -> tuple[dict[str, Any], list[FieldError]]:
     """The stored form of ``job`` and every error a create would report."""
     stored = copy.deepcopy(job)
-    JOB.strategy.prepare_for_create(stored)
-    return stored, JOB.strategy.validate(stored)
+    strategy.prepare_for_create(stored)
+    return stored, strategy.validate(stored)
 
 
-def update(job: dict[str, Any], old: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+def update(
+    job: dict[str, Any], old: dict[str, Any], strategy: Strategy = JOB.strategy
+) -> tuple[dict[str, Any], list[FieldError]]:
     """The stored form of ``job`` written over the stored ``old``, and every error the update would report."""
     stored = copy.deepcopy(job)
-    JOB.strategy.prepare_for_update(stored, old)
-    return stored, JOB.strategy.validate_update(stored, old)
+    strategy.prepare_for_update(stored, old)
+    return stored, strategy.validate_update(stored, old)
 
 
 def stored(job: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from nodus.api.kinds import connection, destinationrules
+from nodus.api.kinds import destinationrules
+from nodus.api.kinds.connection import ConnectionStrategy
+from nodus.api.kinds.job import JobStrategy
 from nodus.apimachinery import destinations
 from nodus.apimachinery.fieldpath import ErrorType, FieldError
-from tests.api.kinds.jobbuilder import JobBuilder, create, make_job, update
+from tests.api.kinds import jobbuilder
+from tests.api.kinds.jobbuilder import JobBuilder, make_job
 
 Mutation = Callable[[JobBuilder], JobBuilder]
 INVALID, FORBIDDEN = ErrorType.INVALID, ErrorType.FORBIDDEN
@@ -20,11 +23,28 @@ LOOPBACK = destinationrules.server_policy(True, ["0.0.0.0:8443"], "postgresql://
 STRICT = destinationrules.server_policy(False, ["0.0.0.0:8443"], "postgresql://nodus@db.internal:5432/nodus")
 
 
+class Server:
+    """The Job and Connection strategies of a server started with a policy (``configured``)."""
+
+    job = JobStrategy()
+    connection = ConnectionStrategy()
+
+
 @pytest.fixture
 def configured() -> Iterator[Callable[[destinations.Policy], None]]:
-    before = destinationrules.policy()
-    yield destinationrules.configure
-    destinationrules.configure(before)
+    def start(policy: destinations.Policy) -> None:
+        Server.job, Server.connection = JobStrategy(policy), ConnectionStrategy(policy)
+
+    yield start
+    start(destinations.Policy())
+
+
+def create(job: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+    return jobbuilder.create(job, Server.job)
+
+
+def update(job: dict[str, Any], old: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+    return jobbuilder.update(job, old, Server.job)
 
 
 def url_input(url: str) -> dict[str, Any]:
@@ -181,7 +201,7 @@ def test_a_stored_job_stays_updatable_after_the_policy_changes(
 
 def validate_connection(spec: dict[str, Any], old: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     obj = {"metadata": {"name": "c"}, "spec": spec}
-    strategy = connection.CONNECTION.strategy
+    strategy = Server.connection
     problems = strategy.validate(obj) if old is None else strategy.validate_update(obj, {"spec": old})
     return [(problem.field, problem.message()) for problem in problems]
 

@@ -20,12 +20,18 @@ from nodus.apimachinery import units
 from nodus.apimachinery.sealing import KeyFileError, Keyring, OpenError, Sealed
 
 
+class Server:
+    """The Secret strategy of a server started with the ``ring`` fixture's keyring (none without it)."""
+
+    strategy = secret.SecretStrategy()
+
+
 @pytest.fixture
 def ring(tmp_path: Path) -> Iterator[Keyring]:
     keys = Keyring.generate(tmp_path / "keys")
-    secret.configure(keys)
+    Server.strategy = secret.SecretStrategy(keys)
     yield keys
-    secret.configure(None)
+    Server.strategy = secret.SecretStrategy()
 
 
 # --- sealing -------------------------------------------------------------------------------------
@@ -102,8 +108,8 @@ def make_secret(**fields: Any) -> dict[str, Any]:
 
 def created(**fields: Any) -> dict[str, Any]:
     obj = make_secret(**fields)
-    secret.SECRET.strategy.prepare_for_create(obj)
-    assert secret.SECRET.strategy.validate(obj) == []
+    Server.strategy.prepare_for_create(obj)
+    assert Server.strategy.validate(obj) == []
     return obj
 
 
@@ -176,8 +182,8 @@ def test_versions_sealed_before_subkeys_open_and_reseal_moves_them(ring: Keyring
 def update(old: dict[str, Any], **fields: Any) -> dict[str, Any]:
     new = secret.served(copy.deepcopy(old))
     new.update(fields)
-    secret.SECRET.strategy.prepare_for_update(new, old)
-    assert secret.SECRET.strategy.validate_update(new, old) == []
+    Server.strategy.prepare_for_update(new, old)
+    assert Server.strategy.validate_update(new, old) == []
     return new
 
 
@@ -246,16 +252,15 @@ def test_last_applied_annotation_loses_its_values(ring: Keyring) -> None:
 )
 def test_invalid_values_are_not_echoed(ring: Keyring, fields: dict[str, Any], field: str) -> None:
     obj = make_secret(**fields)
-    secret.SECRET.strategy.prepare_for_create(obj)
-    problems = secret.SECRET.strategy.validate(obj)
+    Server.strategy.prepare_for_create(obj)
+    problems = Server.strategy.validate(obj)
     assert [p.field for p in problems] == [field]
     assert "hunter2" not in problems[0].message() and "xxxx" not in problems[0].message()
 
 
 def test_no_keyring_is_a_503() -> None:
-    secret.configure(None)
     with pytest.raises(APIError) as raised:
-        secret.SECRET.strategy.prepare_for_create(make_secret(stringData={"a": "alpha"}))
+        Server.strategy.prepare_for_create(make_secret(stringData={"a": "alpha"}))
     assert raised.value.code == 503 and "--secret-key-file" in raised.value.message
 
 

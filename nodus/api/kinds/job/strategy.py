@@ -16,13 +16,18 @@ from nodus.api.kinds import destinationrules
 from nodus.api.kinds.job import aliases, defaults, notices, validation
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import estimates, fieldpath
+from nodus.apimachinery.destinations import Policy
 from nodus.apimachinery.fieldpath import FieldError, Path
 
 _CEILING_PATH = Path("metadata", "annotations").key(estimates.RATE_CEILING)
 
 
 class JobStrategy(Strategy):
-    """Create, update and status rules of ``jobs.nodus.dev``."""
+    """Create, update and status rules of ``jobs.nodus.dev``, refusing destinations that ``destinations``
+    (the server's policy; strict by default) refuses."""
+
+    def __init__(self, destinations: Policy | None = None) -> None:
+        self.destinations = destinations or Policy()
 
     def prepare_for_create(self, obj: Object) -> None:
         super().prepare_for_create(obj)
@@ -38,7 +43,7 @@ class JobStrategy(Strategy):
         defaults.apply_defaults(new.get("spec"))
 
     def validate(self, obj: Object) -> list[FieldError]:
-        problems = validation.validate_create(obj) + destinationrules.job_rules(obj)
+        problems = validation.validate_create(obj) + destinationrules.job_rules(obj, self.destinations)
         if estimates.RATE_CEILING in ((obj.get("metadata") or {}).get("annotations") or {}):
             problems.append(
                 fieldpath.forbidden(

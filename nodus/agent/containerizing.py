@@ -29,6 +29,7 @@ from nodus.agent import images
 from nodus.agent.contract import DEFAULT_WORKING_DIR
 from nodus.agent.runtime import Limits
 from nodus.apimachinery import imagerefs, units
+from nodus.apis.v1.attempt import AttemptSpec
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -41,9 +42,9 @@ class NoCommand(Exception):
     """Neither the Job nor the image says what to run."""
 
 
-def argv_for(spec: Object, image: images.Image) -> list[str]:
+def argv_for(spec: AttemptSpec, image: images.Image) -> list[str]:
     """The program's argv by Kubernetes' command/args rules over the image's ENTRYPOINT/CMD; NoCommand if empty."""
-    command, args = spec.get("command"), spec.get("args")
+    command, args = spec.command, spec.args
     if command:
         argv = [*command, *(args or [])]
     elif args:
@@ -58,28 +59,28 @@ def argv_for(spec: Object, image: images.Image) -> list[str]:
     return [str(arg) for arg in argv]
 
 
-def environment_for(image: images.Image, contract: dict[str, str], spec: Object) -> dict[str, str]:
+def environment_for(image: images.Image, contract: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
     """The image's ENV, then the contract (which wins), keeping the image's PATH unless the Job sets PATH."""
     env = {**image.env, **contract}
-    job_names = {str(item.get("name")) for item in spec.get("env") or [] if isinstance(item, dict)}
+    job_names = {item.name for item in spec.env or ()}
     if "PATH" in image.env and "PATH" not in job_names:
         env["PATH"] = image.env["PATH"]
     return env
 
 
-def working_dir_for(spec: Object, image: images.Image | None) -> tuple[str, bool]:
+def working_dir_for(spec: AttemptSpec, image: images.Image | None) -> tuple[str, bool]:
     """``(working directory, whether the attempt's writable working directory is bound there)``."""
-    if spec.get("workingDir"):
-        return str(spec["workingDir"]), True
+    if spec.working_dir:
+        return spec.working_dir, True
     own = image.working_dir if image is not None else ""
     if own and own != "/":
-        return own, bool(spec.get("source"))
+        return own, spec.source is not None
     return DEFAULT_WORKING_DIR, True
 
 
-def limits_for(spec: Object) -> Limits:
-    resources = spec.get("resources") or {}
-    cpu, memory, disk = resources.get("cpu"), resources.get("memory"), resources.get("disk")
+def limits_for(spec: AttemptSpec) -> Limits:
+    resources = spec.resources
+    cpu, memory, disk = (resources.cpu, resources.memory, resources.disk) if resources else (None, None, None)
     return Limits(
         cpus=float(units.parse_quantity(cpu)) if cpu is not None else None,
         memory_bytes=_bytes(memory),
@@ -100,30 +101,32 @@ def image_status(image: images.Image) -> Object:
     return {"reference": image.reference, "digest": image.digest, "user": image.user or "root"}
 
 
-def pinned_digest(spec: Object) -> str | None:
+def pinned_digest(spec: AttemptSpec) -> str | None:
     """The digest every attempt of the Job runs: ``imageRef``'s, or the one the Job controller pinned."""
     try:
-        return imagerefs.parse(str(spec.get("image") or "")).digest
+        return imagerefs.parse(spec.image or "").digest
     except imagerefs.InvalidReference:
         return None
 
 
-async def pull_credentials(client: Client, namespace: str, spec: Object, registry: str) -> images.Credentials | None:
+async def pull_credentials(
+    client: Client, namespace: str, spec: AttemptSpec, registry: str
+) -> images.Credentials | None:
     """The registry credentials of the Job's ``imagePullSecrets`` (at their pinned versions) for ``registry``."""
-    names = [str(name) for name in spec.get("imagePullSecrets") or []]
+    names = list(spec.image_pull_secrets or ())
     if not names:
         return None
-    pins = {str(pin["name"]): pin for pin in spec.get("secrets") or []}
+    pins = {pin.name: pin for pin in spec.secrets or ()}
     found: list[dict[str, bytes]] = []
     for name in names:
         pin = pins.get(name)
-        params = {"version": str(pin["version"]), "uid": str(pin["uid"])} if pin else {}
+        params = {"version": str(pin.version), "uid": pin.uid} if pin else {}
         path = f"/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values"
         try:
             response = await client.request("GET", path, params=params)
         except errors.NotFound:
             raise images.ImageError(
-                "ImagePullUnauthorized", str(spec.get("image")), f"the imagePullSecret {name!r} is gone"
+                "ImagePullUnauthorized", str(spec.image), f"the imagePullSecret {name!r} is gone"
             ) from None
         try:
             found.append(
@@ -131,6 +134,6 @@ async def pull_credentials(client: Client, namespace: str, spec: Object, registr
             )
         except (binascii.Error, ValueError):
             raise images.ImageError(
-                "ImagePullUnauthorized", str(spec.get("image")), f"the imagePullSecret {name!r} came back malformed"
+                "ImagePullUnauthorized", str(spec.image), f"the imagePullSecret {name!r} came back malformed"
             ) from None
     return images.credentials_from_secrets(found, registry)

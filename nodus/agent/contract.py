@@ -15,14 +15,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from nodus.agent.gpus import CdiDevices
 from nodus.agent.images import ImageCache
 from nodus.agent.runtime import Egress, Sidecar
 from nodus.apimachinery import destinations, units
-
-Object = dict[str, Any]
+from nodus.apis.v1 import objects
+from nodus.apis.v1.attempt import AttemptSpec
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_WORKING_DIR = "/workspace"
@@ -53,23 +52,23 @@ class HostFacts:
     cdi: CdiDevices | None = None
 
 
-def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
+def environment(attempt: objects.Attempt, host: HostFacts) -> dict[str, str]:
     """The environment contract: the Job's literal env, then Nodus's variables (which win)."""
-    meta, spec = attempt["metadata"], attempt.get("spec") or {}
-    env = {"PATH": BASE_PATH, "HOME": spec.get("workingDir") or DEFAULT_WORKING_DIR, "LANG": "C.UTF-8"}
-    for item in spec.get("env") or []:
-        if isinstance(item, dict) and isinstance(item.get("value"), str):
-            env[str(item["name"])] = item["value"]
-        elif isinstance(item, dict) and "valueFrom" not in item:
-            env[str(item["name"])] = ""
+    meta, spec = attempt.metadata, attempt.spec
+    env = {"PATH": BASE_PATH, "HOME": spec.working_dir or DEFAULT_WORKING_DIR, "LANG": "C.UTF-8"}
+    for item in spec.env or ():
+        if item.value is not None:
+            env[item.name] = item.value
+        elif item.value_from is None:
+            env[item.name] = ""
     devices = ",".join(str(i) for i in host.gpu_indexes)
     env.update(
-        NODUS_INDEX=str(spec.get("index", 0)),
-        JOB_COMPLETION_INDEX=str(spec.get("index", 0)),
-        NODUS_JOB=str(spec.get("job", "")),
-        NODUS_PROJECT=str(meta.get("namespace", "")),
-        NODUS_ATTEMPT=str(meta.get("name", "")),
-        NODUS_ATTEMPT_NUMBER=str(spec.get("number", 1)),
+        NODUS_INDEX=str(spec.index),
+        JOB_COMPLETION_INDEX=str(spec.index),
+        NODUS_JOB=spec.job,
+        NODUS_PROJECT=meta.namespace or "",
+        NODUS_ATTEMPT=meta.name,
+        NODUS_ATTEMPT_NUMBER=str(spec.number),
         NODUS_NODE=host.node,
         NODUS_OFFERING=host.offering,
         NVIDIA_VISIBLE_DEVICES=devices or "void",
@@ -78,39 +77,40 @@ def environment(attempt: Object, host: HostFacts) -> dict[str, str]:
     return env
 
 
-def egress_of(spec: Object, host: HostFacts) -> Egress:
+def egress_of(spec: AttemptSpec, host: HostFacts) -> Egress:
     """The runtime's egress from the attempt's ``network.egress`` (Open when unset)."""
-    egress = (spec.get("network") or {}).get("egress") or {}
+    egress = spec.network.egress if spec.network else None
+    if egress is None:
+        return Egress(destinations=host.destinations)
     return Egress(
-        policy=egress.get("policy") or "Open",
-        allow=tuple(egress.get("allow") or ()),
-        presets=tuple(egress.get("presets") or ()),
+        policy=egress.policy,
+        allow=tuple(egress.allow or ()),
+        presets=tuple(egress.presets or ()),
         destinations=host.destinations,
     )
 
 
-def reach_of(spec: Object, host: HostFacts) -> destinations.Policy:
+def reach_of(spec: AttemptSpec, host: HostFacts) -> destinations.Policy:
     """What the agent may connect to on the attempt's behalf: the host's policy narrowed to the Job's
     egress, which governs the agent's fetches as it governs the program (ADR 0032)."""
-    egress = (spec.get("network") or {}).get("egress") or {}
-    return host.destinations.with_egress(
-        str(egress.get("policy") or "Open"), egress.get("allow") or (), egress.get("presets") or ()
-    )
+    egress = spec.network.egress if spec.network else None
+    if egress is None:
+        return host.destinations.with_egress("Open")
+    return host.destinations.with_egress(egress.policy, egress.allow or (), egress.presets or ())
 
 
-def sidecars_of(spec: Object, env: dict[str, str], secret_env: dict[str, dict[str, str]]) -> tuple[Sidecar, ...]:
+def sidecars_of(spec: AttemptSpec, env: dict[str, str], secret_env: dict[str, dict[str, str]]) -> tuple[Sidecar, ...]:
     """The attempt's sidecars, each with the program's environment plus its own ``env`` (literal values,
     and ``secretKeyRef`` values the preparation decoded from the pinned Secrets, in ``secret_env``)."""
     out: list[Sidecar] = []
-    for sidecar in spec.get("sidecars") or []:
+    for sidecar in spec.sidecars or ():
         own = dict(env)
-        for item in sidecar.get("env") or []:
-            if isinstance(item.get("value"), str):
-                own[str(item["name"])] = item["value"]
-        own.update(secret_env.get(str(sidecar["name"]), {}))
-        timeout = units.parse_duration(str(sidecar.get("startupTimeout") or "5m")).total_seconds()
-        argv = list(sidecar.get("command") or [])
-        out.append(Sidecar(name=str(sidecar["name"]), argv=argv, env=own, startup_timeout=timeout))
+        for item in sidecar.env or ():
+            if item.value is not None:
+                own[item.name] = item.value
+        own.update(secret_env.get(sidecar.name, {}))
+        timeout = units.parse_duration(sidecar.startup_timeout).total_seconds()
+        out.append(Sidecar(name=sidecar.name, argv=list(sidecar.command or ()), env=own, startup_timeout=timeout))
     return tuple(out)
 
 

@@ -45,6 +45,9 @@ from nodus.agent import archives, fetching, hostfiles, source, unpacking
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.runtime import Mount
 from nodus.apimachinery import destinations
+from nodus.apis.v1 import objects
+from nodus.apis.v1.attempt import AttemptSource, AttemptSpec, BucketObject, PinnedConnection, PinnedInput
+from nodus.apis.v1.jobspec import EnvVar
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -77,7 +80,7 @@ class Prepared:
 
 async def prepare(
     client: Client,
-    attempt: Object,
+    attempt: objects.Attempt,
     layout: AttemptLayout,
     working_dir: str,
     trust_ca: str | None = None,
@@ -88,46 +91,46 @@ async def prepare(
     """Fetch everything ``attempt`` reads into ``layout``, from destinations ``reach`` allows; raises
     PrepareFailed. Archives are unpacked by ``unpacker`` (default: in this process)."""
     unpacker = unpacker or unpacking.Unpacker()
-    spec = attempt.get("spec") or {}
-    namespace = str(attempt["metadata"]["namespace"])
+    spec = attempt.spec
+    namespace = str(attempt.metadata.namespace)
     prepared = Prepared(persistent={working_dir: layout.workdir}, reach=reach)
     values = await _secrets(client, namespace, spec, layout)
     prepared.secret_values = values
-    prepared.env = _secret_env(spec.get("env"), values)
-    prepared.sidecar_env = {
-        str(sidecar["name"]): _secret_env(sidecar.get("env"), values) for sidecar in spec.get("sidecars") or []
-    }
-    connections = {str(c["name"]): c for c in spec.get("connections") or []}
+    prepared.env = _secret_env(spec.env, values)
+    prepared.sidecar_env = {sidecar.name: _secret_env(sidecar.env, values) for sidecar in spec.sidecars or ()}
+    connections = {c.name: c for c in spec.connections or ()}
     for connection in connections.values():
-        if connection.get("exposed"):
+        if connection.exposed:
             prepared.env.update(_expose(connection, values, layout))
-    for item in spec.get("inputs") or []:
+    for item in spec.inputs or ():
         prepared.inputs.append(
             await _input(client, namespace, item, layout, connections, values, trust_ca, reach, unpacker)
         )
-    for number, mount in enumerate(spec.get("volumes") or []):
+    for number, mount in enumerate(spec.volumes or ()):
         host = layout.directory / "volumes" / str(number)
-        await _unpack_blob(client, namespace, mount.get("blob"), host, f"Volume {mount['volume']}", unpacker)
-        prepared.mounts.append(Mount(host, str(mount["mountPath"]), bool(mount.get("readOnly"))))
-        if not mount.get("readOnly"):
-            prepared.persistent[str(mount["mountPath"])] = host
-    if spec.get("source"):
+        await _unpack_blob(client, namespace, mount.blob, host, f"Volume {mount.volume}", unpacker)
+        prepared.mounts.append(Mount(host, mount.mount_path, mount.read_only))
+        if not mount.read_only:
+            prepared.persistent[mount.mount_path] = host
+    if spec.source:
         prepared.source = await _source(
-            client, namespace, spec["source"], layout, working_dir, prepared, trust_ca, unpacker
+            client, namespace, spec.source, layout, working_dir, prepared, trust_ca, unpacker
         )
     return prepared
 
 
-async def _secrets(client: Client, namespace: str, spec: Object, layout: AttemptLayout) -> dict[str, dict[str, bytes]]:
+async def _secrets(
+    client: Client, namespace: str, spec: AttemptSpec, layout: AttemptLayout
+) -> dict[str, dict[str, bytes]]:
     values: dict[str, dict[str, bytes]] = {}
-    for pinned in spec.get("secrets") or []:
-        name = str(pinned["name"])
+    for pinned in spec.secrets or ():
+        name = pinned.name
         path = f"/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values"
-        params = {"version": str(pinned["version"]), "uid": str(pinned["uid"])}
+        params = {"version": str(pinned.version), "uid": pinned.uid}
         try:
             response = await client.request("GET", path, params=params)
         except errors.NotFound as exc:
-            raise PrepareFailed("SecretChanged", f'Secret "{name}" version {pinned["version"]}: {exc}') from None
+            raise PrepareFailed("SecretChanged", f'Secret "{name}" version {pinned.version}: {exc}') from None
         data = response.json().get("data") or {}
         try:
             values[name] = {str(k): base64.b64decode(v, validate=True) for k, v in data.items()}
@@ -161,16 +164,15 @@ def _write_files(base: Path, shown: str, name: str, files: dict[str, bytes]) -> 
         os.close(fd)
 
 
-def _secret_env(items: list[Object] | None, values: dict[str, dict[str, bytes]]) -> dict[str, str]:
+def _secret_env(items: list[EnvVar] | None, values: dict[str, dict[str, bytes]]) -> dict[str, str]:
     """The ``secretKeyRef`` variables of ``items`` (an env list), decoded from the pinned values."""
     env: dict[str, str] = {}
-    for item in items or []:
-        ref = (item.get("valueFrom") or {}).get("secretKeyRef") if isinstance(item, dict) else None
-        if not isinstance(ref, dict):
+    for item in items or ():
+        if item.value_from is None:
             continue
-        name, key = str(ref.get("name")), str(ref.get("key"))
+        name, key = item.value_from.secret_key_ref.name, item.value_from.secret_key_ref.key
         try:
-            env[str(item["name"])] = values[name][key].decode("utf-8")
+            env[item.name] = values[name][key].decode("utf-8")
         except KeyError:
             raise PrepareFailed("SecretChanged", f'Secret "{name}" key "{key}" is not in the pinned version.') from None
         except UnicodeDecodeError:
@@ -197,7 +199,9 @@ def connection_variable(name: str, field: str) -> str:
     return f"NODUS_CONNECTION_{clean}_{field}"
 
 
-def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: AttemptLayout) -> dict[str, str]:
+def _expose(
+    connection: PinnedConnection, secrets: dict[str, dict[str, bytes]], layout: AttemptLayout
+) -> dict[str, str]:
     """Write ``/nodus/connections/<name>/`` (0400 files) and return its variables (DECISIONS 28).
 
     Postgres (Neon, Supabase): ``type`` and ``dsn``, ``NODUS_CONNECTION_<NAME>_DSN``. S3: ``type``,
@@ -205,14 +209,13 @@ def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: At
     ``NODUS_CONNECTION_<NAME>_ENDPOINT``, ``..._REGION``, ``..._BUCKET``, ``..._ACCESS_KEY_ID``,
     ``..._SECRET_ACCESS_KEY`` (``..._SESSION_TOKEN``).
     """
-    name, kind = str(connection["name"]), str(connection.get("type") or "")
-    secret = connection.get("secret") or {}
-    values = secrets.get(str(secret.get("name")), {})
+    name, kind, secret = connection.name, connection.type, connection.secret
+    values = secrets.get(secret.name, {}) if secret else {}
     files: dict[str, bytes] = {"type": kind.encode()}
     env: dict[str, str] = {connection_variable(name, "TYPE"): kind}
     if kind == "S3":
         for field, source in _S3_FIELDS.items():
-            if value := (connection.get("s3") or {}).get(source):
+            if value := (connection.s3 or {}).get(source):
                 files[field] = str(value).encode()
                 env[connection_variable(name, field.upper())] = str(value)
         for field, suffix in _S3_CREDENTIALS.items():
@@ -220,7 +223,7 @@ def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: At
                 files[field] = values[field]
                 env[connection_variable(name, suffix)] = values[field].decode("utf-8", "replace")
     else:
-        dsn = values.get(str(secret.get("key") or "dsn"))
+        dsn = values.get((secret.key if secret else None) or "dsn")
         if dsn is not None:
             files["dsn"] = dsn
             env[connection_variable(name, "DSN")] = dsn.decode("utf-8", "replace")
@@ -234,24 +237,24 @@ def _expose(connection: Object, secrets: dict[str, dict[str, bytes]], layout: At
 async def _input(
     client: Client,
     namespace: str,
-    item: Object,
+    item: PinnedInput,
     layout: AttemptLayout,
-    connections: dict[str, Object],
+    connections: dict[str, PinnedConnection],
     secrets: dict[str, dict[str, bytes]],
     trust_ca: str | None,
     reach: destinations.Policy,
     unpacker: unpacking.Unpacker,
 ) -> Object:
-    name = str(item["name"])
+    name = item.name
     target = layout.inputs / name
-    expected = item.get("sha256")
+    expected = item.sha256
     try:
-        if item.get("url"):
-            digest = await fetching.download(str(item["url"]), target, expected, policy=reach, ca_file=trust_ca)
-        elif item.get("bucket"):
-            digest = await _bucket(item["bucket"], target, expected, connections, secrets, reach)
+        if item.url:
+            digest = await fetching.download(item.url, target, expected, policy=reach, ca_file=trust_ca)
+        elif item.bucket:
+            digest = await _bucket(item.bucket, target, expected, connections, secrets, reach)
         else:
-            await _unpack_blob(client, namespace, item.get("blob"), target, f"input {name}", unpacker)
+            await _unpack_blob(client, namespace, item.blob, target, f"input {name}", unpacker)
             digest = str(expected or "")
     except destinations.Refused as exc:
         raise PrepareFailed("DestinationRefused", f"Input {name}: {exc}; {exc.fix}") from None
@@ -263,17 +266,17 @@ async def _input(
 
 
 async def _bucket(
-    bucket: Object,
+    bucket: BucketObject,
     target: Path,
     expected: str | None,
-    connections: dict[str, Object],
+    connections: dict[str, PinnedConnection],
     secrets: dict[str, dict[str, bytes]],
     reach: destinations.Policy,
 ) -> str:
-    connection = connections[str(bucket["connection"])]
-    s3 = connection.get("s3") or {}
-    credentials = secrets.get(str((connection.get("secret") or {}).get("name")), {})
-    bucket_name, key = fetching.parse_s3_uri(str(bucket["uri"]))
+    connection = connections[bucket.connection]
+    s3 = connection.s3 or {}
+    credentials = secrets.get(connection.secret.name, {}) if connection.secret else {}
+    bucket_name, key = fetching.parse_s3_uri(bucket.uri)
     token = credentials.get("sessionToken")
     return await fetching.download_s3(
         endpoint=str(s3.get("endpoint") or "https://s3.amazonaws.com"),
@@ -290,7 +293,7 @@ async def _bucket(
 
 
 async def _unpack_blob(
-    client: Client, namespace: str, blob: Any, target: Path, what: str, unpacker: unpacking.Unpacker
+    client: Client, namespace: str, blob: str | None, target: Path, what: str, unpacker: unpacking.Unpacker
 ) -> None:
     """Unpack blob ``sha256:...`` at ``target`` (a directory for archives, else a file); none: empty dir.
 
@@ -337,14 +340,14 @@ def _clear(target: Path) -> None:
 async def _source(
     client: Client,
     namespace: str,
-    spec: Object,
+    spec: AttemptSource,
     layout: AttemptLayout,
     working_dir: str,
     prepared: Prepared,
     trust_ca: str | None,
     unpacker: unpacking.Unpacker,
 ) -> Object:
-    path = str(spec.get("path") or working_dir)
+    path = spec.path or working_dir
     if PurePosixPath(path) == PurePosixPath(working_dir):
         host = layout.workdir
     else:
@@ -353,21 +356,20 @@ async def _source(
         host = layout.directory / "source"
         prepared.mounts.append(Mount(host, path, False))
         prepared.persistent[path] = host
-    if spec.get("blob"):
+    if spec.blob:
         try:
-            await _unpack_blob(client, namespace, spec["blob"], host, "the source blob", unpacker)
+            await _unpack_blob(client, namespace, spec.blob, host, "the source blob", unpacker)
         except PrepareFailed as exc:
             reason = exc.reason if exc.reason == "ArchiveUnsafe" else "SourceUnavailable"
             raise PrepareFailed(reason, str(exc)) from None
-        return {"blob": str(spec["blob"])}
-    git = spec.get("git") or {}
+        return {"blob": spec.blob}
+    git = spec.git
+    if git is None:  # the server pins exactly one of blob and git
+        raise PrepareFailed("SourceUnavailable", "The attempt's source names neither a blob nor a repository.")
     try:
-        commit = await source.checkout_git(
-            str(git["repo"]), git.get("ref") or None, host, policy=prepared.reach, ca_file=trust_ca
-        )
+        commit = await source.checkout_git(git.repo, git.ref or None, host, policy=prepared.reach, ca_file=trust_ca)
     except destinations.Refused as exc:
-        where = source.scrub(str(git.get("repo")))
-        raise PrepareFailed("DestinationRefused", f"Source {where}: {exc}; {exc.fix}") from None
+        raise PrepareFailed("DestinationRefused", f"Source {source.scrub(git.repo)}: {exc}; {exc.fix}") from None
     except source.SourceError as exc:
-        raise PrepareFailed("SourceUnavailable", f"Could not check out {git.get('repo')}: {exc}") from None
+        raise PrepareFailed("SourceUnavailable", f"Could not check out {git.repo}: {exc}") from None
     return {"commit": commit}

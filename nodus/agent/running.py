@@ -60,6 +60,8 @@ from nodus.agent.materializing import Prepared, PrepareFailed
 from nodus.agent.runtime import ContainerImage, Exit, Mount, Process, RunSpec, Runtime, Sidecar
 from nodus.agent.shipping import LogShipper
 from nodus.apimachinery import imagerefs, units
+from nodus.apis.v1 import objects, phases
+from nodus.apis.v1.jobspec import InitCommand
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -69,7 +71,6 @@ log = logging.getLogger("nodus.agent")
 INIT_CONTAINER = "init"
 MESSAGE_LINES = 3
 _PROGRESS_DELAYS = (0.2, 0.5, 1, 2, 5, 5, 5, 10, 10, 10)
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 
 
 @dataclass(frozen=True)
@@ -102,12 +103,17 @@ class AttemptRun:
     _masked: list[str] = field(default_factory=list, repr=False)
 
     @property
+    def view(self) -> objects.Attempt:
+        """The attempt as last seen, typed (parsed once per resourceVersion)."""
+        return objects.read(objects.Attempt, self.attempt)
+
+    @property
     def name(self) -> str:
-        return str(self.attempt["metadata"]["name"])
+        return self.view.metadata.name
 
     @property
     def namespace(self) -> str:
-        return str(self.attempt["metadata"]["namespace"])
+        return str(self.view.metadata.namespace)
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"attempt {self.namespace}/{self.name}")
@@ -151,18 +157,18 @@ class AttemptRun:
     def update(self, attempt: Object) -> None:
         """The attempt as the API server has it now: answer a new ``spec.checkpointRequest``."""
         self.attempt = attempt
-        request = (attempt.get("spec") or {}).get("checkpointRequest")
+        request = self.view.spec.checkpoint_request
         checkpointer = self.checkpointer
         if not request or checkpointer is None or checkpointer.process is None or request in checkpointer.requests:
             return
-        checkpointer.requests.add(str(request))
-        task = asyncio.create_task(checkpointer.take("Requested", request=str(request)))
+        checkpointer.requests.add(request)
+        task = asyncio.create_task(checkpointer.take("Requested", request=request))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
     async def _run(self) -> None:
-        spec = self.attempt.get("spec") or {}
-        image = spec.get("image")
+        spec = self.view.spec
+        image = spec.image
         in_image = self.host.images is not None
         await self._report(
             phase="Starting",
@@ -176,8 +182,8 @@ class AttemptRun:
             },
             gpuIndexes=self.host.gpu_indexes,
         )
-        argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
-        if not in_image and (not argv or any(sidecar.get("image") for sidecar in spec.get("sidecars") or [])):
+        argv = [*(spec.command or ()), *(spec.args or ())]
+        if not in_image and (not argv or any(sidecar.image for sidecar in spec.sidecars or ())):
             # The bubblewrap runtime, chosen by name, runs on the host's filesystem: it refuses what needs an image.
             what = "an image's own entrypoint" if not argv else "a sidecar in its own image"
             message = f"This node's runtime ({self.runtime.name}) runs no images, so not {what}; set the command."
@@ -192,8 +198,9 @@ class AttemptRun:
             layout.remove()
 
     async def _run_in(self, layout: AttemptLayout, shipper: LogShipper, argv: list[str]) -> None:
-        spec = self.attempt.get("spec") or {}
-        working_dir = spec.get("workingDir") or DEFAULT_WORKING_DIR
+        attempt = self.view
+        spec = attempt.spec
+        working_dir = spec.working_dir or DEFAULT_WORKING_DIR
         pulled: Pulled | None = None
         if self.host.images is not None:
             outcome = await self._unless_stopped(self._pull(self.host.images))
@@ -207,7 +214,7 @@ class AttemptRun:
         prepared = await self._unless_stopped(
             materializing.prepare(
                 self.client,
-                self.attempt,
+                attempt,
                 layout,
                 working_dir,
                 self.host.trust_ca,
@@ -224,11 +231,13 @@ class AttemptRun:
             )
             return None
         self._masked = masked_values(prepared.secret_values)
-        if spec.get("initCommand"):
+        if spec.init_command:
             # The init command may take long: say the inputs are in place now.
             await self._report(**_inputs_ready(prepared))
         try:
-            policy = checkpointing.Policy.of(spec, lambda path: collecting.locate(path, layout, prepared))
+            policy = checkpointing.Policy.of(
+                self.attempt["spec"], lambda path: collecting.locate(path, layout, prepared)
+            )
         except checkpointing.CheckpointError as exc:
             await self._report(phase="Failed", reason=exc.reason, message=str(exc), finishTime=_now())
             return None
@@ -249,7 +258,7 @@ class AttemptRun:
                 await self._report(phase="Lost", reason=restored.reason, message=str(restored), finishTime=_now())
                 return None
         gang: ganging.Joined | None = None
-        if spec.get("gang"):
+        if spec.gang:
             joined = await self._unless_stopped(self._join(layout, argv))
             if joined is None:
                 return await self._report_stopped_early()
@@ -269,20 +278,18 @@ class AttemptRun:
 
     async def _pull(self, cache: images.ImageCache) -> Pulled | images.ImageError | containerizing.NoCommand:
         """The Job's image (and its sidecars') on this host, pulled once per host and digest (Boot time, ADR 0042)."""
-        spec = self.attempt.get("spec") or {}
-        reference = str(spec.get("image") or "")
+        spec = self.view.spec
+        reference = spec.image or ""
         try:
             parsed = imagerefs.parse(reference)
             credentials = await containerizing.pull_credentials(self.client, self.namespace, spec, parsed.registry)
             image = await cache.ensure(reference, credentials=credentials, pinned_digest=None)
             sidecars: dict[str, images.Image] = {}
-            for sidecar in spec.get("sidecars") or []:
-                if sidecar.get("image"):
-                    own = imagerefs.parse(str(sidecar["image"]))
+            for sidecar in spec.sidecars or ():
+                if sidecar.image:
+                    own = imagerefs.parse(sidecar.image)
                     creds = await containerizing.pull_credentials(self.client, self.namespace, spec, own.registry)
-                    sidecars[str(sidecar["name"])] = await cache.ensure(
-                        str(sidecar["image"]), credentials=creds, pinned_digest=None
-                    )
+                    sidecars[sidecar.name] = await cache.ensure(sidecar.image, credentials=creds, pinned_digest=None)
             argv = containerizing.argv_for(spec, image)
         except imagerefs.InvalidReference as exc:
             return images.ImageError("ImageNotFound", reference, str(exc))
@@ -328,7 +335,8 @@ class AttemptRun:
         gang: ganging.Joined | None,
         pulled: Pulled | None,
     ) -> None:
-        spec = self.attempt.get("spec") or {}
+        attempt = self.view
+        spec = attempt.spec
         working_dir, bind_working_dir = containerizing.working_dir_for(spec, pulled.image if pulled else None)
         mounts = tuple(prepared.mounts)
         hook_dir = None
@@ -336,11 +344,11 @@ class AttemptRun:
             # The hook is the agent's package: a container sees it only where it is mounted.
             hook_dir = checkpointing.CONTAINER_HOOK_DIR
             mounts += (Mount(checkpointing.HOST_HOOK_DIR, hook_dir, read_only=True),)
-        ready: Object = {} if spec.get("initCommand") else _inputs_ready(prepared)
+        ready: Object = {} if spec.init_command else _inputs_ready(prepared)
         env = {
-            **environment(self.attempt, self.host),
+            **environment(attempt, self.host),
             **prepared.env,
-            **checkpointing.environment(spec, policy, hook_dir=hook_dir),
+            **checkpointing.environment(self.attempt["spec"], policy, hook_dir=hook_dir),
             **(gang.env if gang is not None else {}),
             "NODUS_PROGRESS_FILE": PROGRESS_FILE,
         }
@@ -368,7 +376,7 @@ class AttemptRun:
             egress=egress_of(spec, self.host),
             **container,
         )
-        init = spec.get("initCommand")
+        init = spec.init_command
         if init and not await self._init(init, base, shipper):
             return None
         sidecars = sidecars_of(spec, env, prepared.sidecar_env)
@@ -423,12 +431,12 @@ class AttemptRun:
     async def _report_stopped_early(self) -> None:
         await self._report_terminal(decisions.stopped_early(self.stop), {"finishTime": _now()})
 
-    async def _init(self, init: Object, base: RunSpec, shipper: LogShipper) -> bool:
+    async def _init(self, init: InitCommand, base: RunSpec, shipper: LogShipper) -> bool:
         """Run ``spec.initCommand`` to its end; False (and the attempt reported) unless it exited 0."""
-        timeout = units.parse_duration(str(init.get("timeout") or "30m")).total_seconds()
+        timeout = units.parse_duration(init.timeout or "30m").total_seconds()
         tail: deque[str] = deque(maxlen=MESSAGE_LINES)
         try:
-            process = await self.runtime.start(dataclasses.replace(base, argv=list(init["command"])))
+            process = await self.runtime.start(dataclasses.replace(base, argv=list(init.command)))
         except Exception as exc:
             await self._report(
                 phase="Failed",
@@ -461,7 +469,7 @@ class AttemptRun:
         if ended.stopped and self.stop_reason is not None and not timed_out:
             await self._report_stopped_early()
             return False
-        how = f"initCommand timed out after {init.get('timeout') or '30m'}." if timed_out else f"initCommand {ended}."
+        how = f"initCommand timed out after {init.timeout or '30m'}." if timed_out else f"initCommand {ended}."
         lines = list(tail)
         message = how + (" Last log lines:\n" + "\n".join(lines) if lines else "")
         await self._report(
@@ -563,7 +571,7 @@ class AttemptRun:
                 return False
             # A gang rank's checkpoint before a stop is its shard of a gang checkpoint: every rank's stop has the same
             # requestedTime, which matches the shards up.
-            gang_request = self.stop.requested_time if (self.attempt.get("spec") or {}).get("gang") else None
+            gang_request = self.stop.requested_time if self.view.spec.gang else None
             if await checkpointer.take("Suspend", self.stop.deadline, request=gang_request):
                 if checkpointer.reset_stop_failures():
                     await checkpointer.report()
@@ -595,7 +603,8 @@ class AttemptRun:
 
     async def _report_end(self, ended: Exit, layout: AttemptLayout, prepared: Prepared) -> None:
         base: Object = {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal}
-        interruptible = ((self.attempt.get("status") or {}).get("placement") or {}).get("interruptible")
+        placement = self.view.status.placement
+        interruptible = placement.interruptible if placement else None
         end = decisions.terminal(self.stop, ended, interruptible)
         if end.collect_outputs:
             try:
@@ -622,7 +631,7 @@ class AttemptRun:
     async def _report(self, *, terminal: bool = False, **changes: Any) -> None:
         """PATCH the Attempt's status with ``changes``. Retried with back-off: ten times for progress, and until it
         lands for a ``terminal`` report (a lost response is harmless: the same patch again changes nothing)."""
-        terminal = terminal or changes.get("phase") in _TERMINAL_PHASES
+        terminal = terminal or changes.get("phase") in phases.ATTEMPT_FINISHED
         patch = {"status": {k: v for k, v in changes.items() if v is not None}}
         delays = itertools.chain((0.2, 0.5, 1, 2, 5), itertools.repeat(10)) if terminal else iter(_PROGRESS_DELAYS)
         for delay in delays:

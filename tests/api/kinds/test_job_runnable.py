@@ -10,6 +10,7 @@ import pytest
 from nodus.agent import contract, launchers
 from nodus.api.kinds.job import validation_runnable
 from nodus.apimachinery.fieldpath import ErrorType
+from nodus.apis.v1 import objects
 from tests.api.kinds.jobbuilder import JobBuilder, create, kinds_and_fields, make_job, stored, update
 
 REQUIRED, INVALID = ErrorType.REQUIRED, ErrorType.INVALID
@@ -106,7 +107,10 @@ def test_an_update_of_a_stored_job_without_command_is_not_refused() -> None:
 def test_the_reserved_names_are_every_variable_the_agent_sets() -> None:
     """The agent's own environment, as it builds it, is what the rule refuses: a name the agent starts to set
     without the rule knowing fails here."""
-    attempt = {"metadata": {"name": "a-0-1", "namespace": "p"}, "spec": {"index": 0, "job": "a", "number": 1}}
+    attempt = objects.read(
+        objects.Attempt,
+        {"metadata": {"name": "a-0-1", "namespace": "p"}, "spec": {"index": 0, "job": "a", "jobUID": "u", "number": 1}},
+    )
     host = contract.HostFacts(node="n", offering="o", gpu_indexes=[0], work_dir=Path("/tmp"))
     ours = set(contract.environment(attempt, host)) - {"PATH", "HOME", "LANG"}
     facts = launchers.GangFacts(0, 2, 1, "10.0.0.1", 29500, 1, ("10.0.0.1", "10.0.0.2"))

@@ -7,15 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from nodus.api import bootstrap, offerings
+from nodus.api.attemptlogs import Logs
 from nodus.api.auth.authorization import Authorizer, member_names
 from nodus.api.auth.bootstraptokens import BootstrapTokenAuthenticator
 from nodus.api.auth.nodecredentials import NodeCredentials
 from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
 from nodus.api.blobcollection import BlobCollector, CollectionSettings
+from nodus.api.blobservice import Blobs
+from nodus.api.credits import Credits
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
-from nodus.api.kinds import catalog, destinationrules, secret
+from nodus.api.kinds import catalog, destinationrules
+from nodus.api.ledgerdoor import LedgerDoor
+from nodus.api.listwatch import ListWatch
 from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
@@ -42,15 +47,12 @@ class APIServer:
         one, Secret writes and the values endpoint answer 503. Read here, so a bad file stops the start."""
         self.settings = settings
         self.secret_keys = Keyring.load(secret_key_file) if secret_key_file is not None else None
-        # One keyring per process: the Secret kind's strategy is shared by every server in it.
-        secret.configure(self.secret_keys)
-        # Likewise the destinations Jobs and Connections may name (read here: a bad entry stops the start).
-        destinationrules.configure(
-            destinationrules.server_policy(
-                settings.allow_loopback_endpoints, settings.forbid_addresses, settings.database_url
-            )
+        # The destinations Jobs and Connections may name (read here: a bad entry stops the start).
+        destinations = destinationrules.server_policy(
+            settings.allow_loopback_endpoints, settings.forbid_addresses, settings.database_url
         )
-        self.registry = registry or catalog.registry()
+        # Read before serving, so that a bad price book stops the server before it starts.
+        self.price_book = offerings.load(settings.price_book)
         self.storage = Storage(
             settings.database_url,
             pool_size=settings.pool_size,
@@ -58,7 +60,15 @@ class APIServer:
             retention=settings.watch_retention,
             compaction_interval=settings.compaction_interval,
         )
+        job_estimates = JobEstimates(self.storage, self.price_book.version, settings.funded_window, self.secret_keys)
+        self.registry = registry or catalog.registry(
+            catalog.Dependencies(keyring=self.secret_keys, destinations=destinations, job_admission=job_estimates.admit)
+        )
         self.stores = {info.plural: GenericStore(self.storage, info) for info in self.registry}
+        # The services the HTTP routes call: every read and write of theirs goes through one of these or a store.
+        self.listwatch = ListWatch(self.storage)
+        self.logs = Logs(self.storage, self.stores["attempts"])
+        self.credits = Credits(self.stores["projects"], self.storage)
         self.tokens = (
             TokenAuthenticator.from_file(settings.token_auth_file)
             if settings.token_auth_file
@@ -78,15 +88,12 @@ class APIServer:
             purge_blobs=self._purge_blobs,
             close_credit=self.project_deletion.close,
         )
-        # Read before serving, so that a bad price book stops the server before it starts.
-        self.price_book = offerings.load(settings.price_book)
         # Opened here, so that a bad --blob-store stops the server before it starts.
         self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
+        self.blobs = Blobs(self.storage, self.blob_store, settings)
+        self.ledger = LedgerDoor(self.storage, self.price_book)
         self.authorizer = Authorizer(self._project, self._projects_for, StoredNodeGraph(self.storage, self.blob_store))
         self.blob_collector = self._blob_collector()
-        self.stores["jobs"].admission = JobEstimates(
-            self.storage, self.price_book.version, settings.funded_window, self.secret_keys
-        ).admit
         self.ready = False
 
     async def start(self) -> None:
@@ -109,6 +116,20 @@ class APIServer:
         if self.blob_collector is not None:
             await self.blob_collector.stop()
         await self.storage.stop()
+
+    async def storage_reachable(self) -> bool:
+        """Whether the database answers now (``/readyz``)."""
+        try:
+            await self.storage.current_rv()
+        except Exception:  # any failure to reach the database means not ready
+            return False
+        return True
+
+    def observe_storage(self) -> None:
+        """Copy the storage's own figures (the watch cache's head, the committer's batches) into the metrics."""
+        self.metrics.watch_cache_head.set(self.storage.watch_cache.head)
+        self.metrics.commit_batches.set(self.storage.committer.batches)
+        self.metrics.commit_writes.set(self.storage.committer.writes)
 
     def _blob_collector(self) -> BlobCollector | None:
         """Collects unreferenced blobs and charges projects' storage (ADR 0034); none without a blob store."""

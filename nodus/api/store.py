@@ -34,9 +34,6 @@ log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 PatchFunction = Callable[[Object], Object]
-# A step of create after validation that needs more than the object (storage, the ledger): the Job's
-# estimate. It may change the object (its status) and refuse the create by raising an APIError.
-Admission = Callable[[Object, RequestContext], Awaitable[None]]
 # A step of delete before anything is written, given the stored object: it may refuse the delete by raising an
 # APIError (a project the server keeps) or add warnings (what goes with the object).
 Deletion = Callable[[Object, RequestContext], Awaitable[None]]
@@ -57,7 +54,6 @@ class GenericStore:
         self.storage = storage
         self.info = info
         self.strategy = info.strategy
-        self.admission: Admission | None = None
         self.deletion: Deletion | None = None
 
     # --- helpers -------------------------------------------------------------------------------
@@ -74,8 +70,13 @@ class GenericStore:
     def _invalid(self, name: str, problems: list[FieldError]) -> APIError:
         return errors.invalid(self.info.kind, GROUP, name, problems)
 
+    async def find(self, namespace: str | None, name: str) -> Object | None:
+        """The stored object, or None when there is none."""
+        return await self.storage.get(self.key(namespace, name))
+
     async def get(self, namespace: str | None, name: str) -> Object:
-        obj = await self.storage.get(self.key(namespace, name))
+        """The stored object; a 404 Status when there is none."""
+        obj = await self.find(namespace, name)
         if obj is None:
             raise self._not_found(name)
         return obj
@@ -181,8 +182,8 @@ class GenericStore:
         self.strategy.prepare_for_create(obj)
         self._validate(obj, None)
         await self._admit(obj, ctx)
-        if self.admission is not None:
-            await self.admission(obj, ctx)
+        if self.info.admission is not None:
+            await self.info.admission(obj, ctx)
         for message in self.strategy.warnings_on_create(obj):
             ctx.warn(message)
         if not owned:

@@ -1,6 +1,8 @@
 """The ledger's door for Nodus's controllers: hold, extend, capture, cover and release, by key.
 
-Controllers are API clients (they never touch the database), so money moves through here:
+Controllers are API clients (they never touch the database), so money moves through here. Each route
+checks who calls, parses the request, asks :class:`~nodus.api.ledgerdoor.LedgerDoor` once and renders its
+answer:
 
 * ``GET /apis/nodus.dev/v1/namespaces/{project}/ledger/holds/{hold}``: the hold (``amountUSD``
   held now, ``capturedUSD``, ``releasedUSD``, ``settled``), what was charged on it per segment
@@ -38,6 +40,8 @@ Controllers are API clients (they never touch the database), so money moves thro
   With ``job``, the door reads the Job's labels and the project's Budgets: the hold is tagged with the
   Budgets the Job matches and must fit each (a 402 ``BudgetExceeded`` naming the Budget otherwise).
   Without it (an extension for time already billed) no Budget is checked and the tags stay.
+  A posting leaves the Project's ``status.credits`` to the credits reconciler of ``nodus controllers``,
+  which copies the ledger there once the movement shows on the Attempt or Job it was for (ADR 0044).
 
 Only administrators and the controllers (ADR 0035) may call either.
 
@@ -70,43 +74,26 @@ Administrators also read the whole ledger here (ADR 0038), which the controllers
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import orjson
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from nodus.api import credits
+from nodus.api import postings as operations
 from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
-from nodus.api.context import RequestContext
-from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.errors import APIError, bad_request, method_not_allowed
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.lists import ClosingStreamingResponse
-from nodus.api.http.responses import request_id, respond
+from nodus.api.http.responses import respond
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery import units
-from nodus.billing import budgets, checking, ledger, money
-from nodus.storage import ledger as tables
-from nodus.storage.budgets import BudgetExceeded, BudgetLimit
-from nodus.storage.errors import Key
-from nodus.storage.ledger import CapExceeded, Charge, HoldSettled, KeyReused, Overdrawn
 
-log = logging.getLogger(__name__)
-
-SEGMENTS = ("Boot", "Running", "Restore", "Teardown")
-# Post-paid segments, charged without a hold (operation Charge), and the key prefix of each.
-POST_PAID = {"Storage": "storage"}
-FIELD_MANAGER = "nodus-billing"
 _RESOURCE = "ledger"
 
 
@@ -137,54 +124,26 @@ async def _admin_get(request: Request, resource: str) -> APIServer:
 async def hold_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/holds/{hold}``."""
     server = await _admin_get(request, "holds")
-    return respond(await _state(server, request.path_params["namespace"], request.path_params["hold"]))
+    return respond(await server.ledger.hold(request.path_params["namespace"], request.path_params["hold"]))
 
 
 async def budget_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/budgets/{budget}``."""
     server = await _admin_get(request, "budgets")
-    project, name = request.path_params["namespace"], request.path_params["budget"]
-    budget = await server.storage.get(Key(budgets.KIND, project, name))
-    if budget is None:
-        raise not_found("budgets", GROUP, name)
-    limit, figures = await budgets.standing(server.storage, budget, units.now())
-    room = budgets.room(limit, figures)
-    out: dict[str, Any] = {
-        "kind": "LedgerBudget",
-        "apiVersion": API_VERSION,
-        "project": project,
-        "budget": name,
-        "uid": limit.uid,
-        "period": str((budget.get("spec") or {}).get("period") or budgets.DEFAULT_PERIOD),
-        "limitUSD": money.text(limit.limit),
-        "spentUSD": money.text(figures.spent),
-        "heldUSD": money.text(figures.held),
-        "committedUSD": money.text(figures.committed),
-        "remainingUSD": money.text(room.remaining),
-    }
-    if limit.start is not None and limit.end is not None:
-        out.update(periodStart=units.format_time(limit.start), periodEnd=units.format_time(limit.end))
-    return respond(out)
+    return respond(await server.ledger.budget(request.path_params["namespace"], request.path_params["budget"]))
 
 
 async def storage_state(request: Request) -> Response:
     """``GET .../namespaces/{namespace}/ledger/storage/{subject}``."""
     server = await _admin_get(request, "storage")
-    return respond(await _storage(server, request.path_params["namespace"], request.path_params["subject"]))
+    project, subject = request.path_params["namespace"], request.path_params["subject"]
+    return respond(await server.ledger.storage_charges(project, subject))
 
 
 async def verification(request: Request) -> Response:
     """``GET /apis/nodus.dev/v1/ledger/verify``: administrators only."""
     server = await _administrators_read(request, "verify")
-    found = await checking.breaches(server.storage)
-    return respond(
-        {
-            "kind": "LedgerVerification",
-            "apiVersion": API_VERSION,
-            "sound": not found,
-            "breaches": [{"invariant": breach.invariant, "message": breach.detail} for breach in found],
-        }
-    )
+    return respond(await server.ledger.verification())
 
 
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
@@ -198,13 +157,13 @@ async def statement(request: Request) -> Response:
     project = request.path_params["namespace"]
     start = _time_parameter(request, "start") or _BEGINNING
     end = _time_parameter(request, "end") or units.now()
-    lines = tables.statement(server.storage, project, start, end)
+    items = server.ledger.statement(project, start, end)
     resources = contextlib.AsyncExitStack()
-    resources.push_async_callback(lines.aclose)  # the cursor's connection, however the stream ends
+    resources.push_async_callback(items.aclose)  # the cursor's connection, however the stream ends
     try:
         # The first line is read before the answer starts, so that a database that cannot be reached is a 503
         # Status, not a 200 cut short.
-        first = await anext(lines, None)
+        first = await anext(items, None)
     except BaseException:
         await resources.aclose()
         raise
@@ -219,9 +178,9 @@ async def statement(request: Request) -> Response:
     async def body() -> AsyncIterator[bytes]:
         yield orjson.dumps(head)[:-1] + b',"items":[\n'
         if first is not None:
-            chunk = [orjson.dumps(checking.wire(first)) + b"\n"]
-            async for line in lines:
-                chunk.append(b"," + orjson.dumps(checking.wire(line)) + b"\n")
+            chunk = [orjson.dumps(first) + b"\n"]
+            async for item in items:
+                chunk.append(b"," + orjson.dumps(item) + b"\n")
                 if len(chunk) >= _LINES_PER_CHUNK:
                     yield b"".join(chunk)
                     chunk = []
@@ -266,203 +225,14 @@ def _time_parameter(request: Request, name: str) -> datetime | None:
 
 
 async def postings(request: Request) -> Response:
-    """``POST .../namespaces/{namespace}/ledger/postings``."""
+    """``POST .../namespaces/{namespace}/ledger/postings``: one operation, answered with the state it leaves."""
     server: APIServer = request.app.state.server
     if request.method != "POST":
         raise method_not_allowed(request.method.lower(), "ledger/postings")
     request.scope["state"]["metrics"] = ("create", "ledger/postings")
-    principal = await _nodus_only(server, request, "create", "postings")
-    project = request.path_params["namespace"]
-    body = _object(await request.body())
-    operation, key = str(body.get("operation") or ""), _text(body, "key")
-    hold_id = _text(body, "hold") if operation != "Charge" else ""
-    subject = _text(body, "subject") if operation == "Charge" else ""
-    try:
-        if operation in ("Hold", "Extend"):
-            amount = _amount(body, "amountUSD")
-            cap = _amount(body, "capUSD") if body.get("capUSD") is not None else None
-            # The hold's Attempt by name, kept with the Hold: statements name it after it is gone (ADR 0038).
-            named = await tables.subject_name(server.storage, hold_id) if operation == "Hold" else ""
-            await ledger.hold(
-                server.storage,
-                project,
-                hold_id,
-                amount,
-                key,
-                subject=str(body.get("subject") or ""),
-                extend=operation == "Extend",
-                cap=cap,
-                budgets=await _budgets(server, project, body),
-                memo=named,
-            )
-        elif operation in ("Capture", "Cover", "Refund"):
-            charge = _charge(body, covered=operation == "Cover")
-            if operation == "Capture":
-                await ledger.capture(server.storage, project, hold_id, charge, key)
-            elif operation == "Cover":
-                await ledger.cover(server.storage, project, hold_id, charge, key)
-            else:
-                await ledger.refund(server.storage, project, hold_id, charge, key)
-        elif operation == "Release":
-            await ledger.release(server.storage, project, hold_id, key)
-        elif operation == "Charge":
-            memo = body.get("memo")
-            if memo is not None and (not isinstance(memo, str) or len(memo) > 300):
-                raise bad_request("memo must be a string of at most 300 characters")
-            await ledger.charge(server.storage, project, subject, _post_paid(body), key, memo or "")
-        else:
-            raise bad_request(
-                f'operation must be Hold, Extend, Capture, Cover, Refund, Release or Charge, not "{operation}"',
-                fix="Send one of the operations listed in nodus/api/http/billing.py.",
-            )
-    except Overdrawn as exc:
-        raise _insufficient(project, exc) from None
-    except CapExceeded as exc:
-        raise APIError(
-            "MaxCostReached",
-            f"the Job has {money.text(exc.committed)} USD charged and held; {money.text(exc.change)} USD more "
-            f"would pass its maxCostUSD of {money.text(exc.cap)}",
-            fix='Raise spec.maxCostUSD (kubectl patch job NAME --type merge -p \'{"spec":{"maxCostUSD":"..."}}\'); '
-            "the Job resumes by itself.",
-            details={"name": project, "group": GROUP, "kind": "jobs"},
-        ) from None
-    except BudgetExceeded as exc:
-        raise _over_budget(exc) from None
-    except KeyReused as exc:
-        raise APIError("Conflict", str(exc), fix="Use a new key for a new movement.") from None
-    except HoldSettled as exc:
-        raise APIError("Conflict", str(exc), fix="Open a new hold; a settled hold takes no more movements.") from None
-    except money.InvalidAmount as exc:
-        raise bad_request(str(exc)) from None
-    # The Project's status.credits is a display copy of the ledger, brought up to date after each movement:
-    # once the answer is sent, so that the copy's write is not on the critical path of a Job's start.
-    ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
-    state = await (_storage(server, project, subject) if operation == "Charge" else _state(server, project, hold_id))
-    response = respond(state, status=201)
-    response.background = BackgroundTask(_show_credits, server, project, ctx)
-    return response
-
-
-_COPY_TRIES = 20
-
-
-async def _show_credits(server: APIServer, project: str, ctx: RequestContext) -> None:
-    # Movements of one project at once race to write its copy, and the write that lands last may carry
-    # figures read before another movement (or be refused: too many concurrent writes). So each writer
-    # reads the ledger again after its write and writes again if it moved: whichever lands last, the
-    # copy ends equal to the ledger.
-    for _ in range(_COPY_TRIES):
-        try:
-            shown = await credits.show(server.stores["projects"], server.storage, project, ctx)
-            if await ledger.credits(server.storage, project) == shown:
-                return
-        except APIError as exc:
-            if exc.reason != "Conflict":
-                log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
-                return
-            # Another movement's writer landed first; a jittered pause lets a burst of them drain (many Jobs of
-            # one project losing hosts at once) instead of every writer giving up together.
-            await asyncio.sleep(random.uniform(0.01, 0.05))
-        except Exception:  # the next movement writes it again; verify reports a copy that lags
-            log.warning("project %s: status.credits could not be brought up to date", project, exc_info=True)
-            return
-    log.warning("project %s: status.credits could not be brought up to date: too many concurrent writes", project)
-
-
-def _insufficient(project: str, exc: Overdrawn) -> APIError:
-    need = -exc.change
-    return APIError(
-        "InsufficientCredits",
-        f"project {project} has {money.text(exc.balance)} USD {exc.account} credit; this needs {money.text(need)} USD",
-        fix=f"An administrator: nodus credits grant {project} AMOUNT (at least {money.text(need - exc.balance)} "
-        "more), or lower what runs at once.",
-        details={"name": project, "group": GROUP, "kind": "projects"},
-    )
-
-
-async def _budgets(server: APIServer, project: str, body: dict[str, Any]) -> tuple[BudgetLimit, ...] | None:
-    """The Budgets the posting's Job (``job``) matches now; None without ``job`` or when the Job is gone
-    (or is another Job of that name than the hold's ``subject``): then no Budget is checked."""
-    name = body.get("job")
-    if name is None:
-        return None
-    if not isinstance(name, str) or not name or len(name) > 253:
-        raise bad_request("job must be the name of the hold's Job, a non-empty string of at most 253 characters")
-    job = await server.storage.get(Key("Job", project, name))
-    subject = body.get("subject")
-    if job is None or (subject and job["metadata"].get("uid") != subject):
-        return None
-    labels = job["metadata"].get("labels") or {}
-    return budgets.matching(await budgets.of_project(server.storage, project), labels, units.now())
-
-
-def _over_budget(exc: BudgetExceeded) -> APIError:
-    budget, committed, change = exc.budget, exc.committed, exc.change
-    if budget.start is not None and budget.end is not None:
-        span = f"from {units.format_time(budget.start)} to {units.format_time(budget.end)}"
-        wait = f", wait for its period to end at {units.format_time(budget.end)}"
-    else:
-        span, wait = "in total", ""
-    needed = money.text(committed + change)
-    patch = f'{{"spec":{{"limitUSD":"{needed}"}}}}'
-    return APIError(
-        "BudgetExceeded",
-        f"Budget {budget.name} allows {money.text(budget.limit)} USD {span}; its Jobs have {money.text(committed)} "
-        f"USD charged and held, and this hold needs {money.text(change)} USD more",
-        fix=f"Raise spec.limitUSD of Budget {budget.name} to at least {needed} (kubectl patch budget {budget.name} "
-        f"--type merge -p '{patch}'){wait}, or lower the Job's parallelism; the Job resumes by itself.",
-        details={"name": budget.name, "group": GROUP, "kind": "budgets"},
-    )
-
-
-async def _state(server: APIServer, project: str, hold_id: str) -> dict[str, Any]:
-    hold = await tables.hold(server.storage, hold_id)
-    charged = await tables.charged(server.storage, hold_id)
-    figures = await ledger.credits(server.storage, project)
-    out: dict[str, Any] = {
-        "kind": "LedgerHold",
-        "apiVersion": API_VERSION,
-        "project": project,
-        "hold": hold_id,
-        "exists": hold is not None,
-        "chargedUSD": {s: money.text(charged[s]) for s in SEGMENTS if s in charged},
-        "coveredUSD": {s: money.text(charged[f"covered:{s}"]) for s in SEGMENTS if f"covered:{s}" in charged},
-        "credits": {
-            "balanceUSD": money.text(figures["balance"]),
-            "heldUSD": money.text(figures["held"]),
-            "availableUSD": money.text(figures["available"]),
-        },
-    }
-    if hold is not None:
-        out.update(
-            amountUSD=money.text(hold.amount),
-            capturedUSD=money.text(hold.captured),
-            releasedUSD=money.text(hold.released),
-            settled=hold.settled,
-        )
-    return out
-
-
-async def _storage(server: APIServer, project: str, subject: str) -> dict[str, Any]:
-    charged = await tables.numbered_charges(server.storage, subject, "Storage")
-    figures = await ledger.credits(server.storage, project)
-    out: dict[str, Any] = {
-        "kind": "LedgerStorage",
-        "apiVersion": API_VERSION,
-        "project": project,
-        "subject": subject,
-        "price": server.price_book.storage.wire(server.price_book.version),
-        "chargedUSD": money.text(charged.amount),
-        "hours": charged.count,
-        "credits": {
-            "balanceUSD": money.text(figures["balance"]),
-            "heldUSD": money.text(figures["held"]),
-            "availableUSD": money.text(figures["available"]),
-        },
-    }
-    if charged.last is not None:
-        out["lastHour"] = charged.last
-    return out
+    await _nodus_only(server, request, "create", "postings")
+    operation = operations.parse(_object(await request.body()))
+    return respond(await server.ledger.post(request.path_params["namespace"], operation), status=201)
 
 
 def _object(raw: bytes) -> dict[str, Any]:
@@ -473,54 +243,3 @@ def _object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     return body
-
-
-def _text(body: dict[str, Any], field: str) -> str:
-    value = body.get(field)
-    if not isinstance(value, str) or not value or len(value) > 300:
-        raise bad_request(f"{field} must be a non-empty string of at most 300 characters")
-    return value
-
-
-def _amount(body: dict[str, Any], field: str) -> Decimal:
-    return money.parse(body.get(field), field)
-
-
-def _charge(body: dict[str, Any], *, covered: bool) -> Charge:
-    segment = str(body.get("segment") or "")
-    if segment not in SEGMENTS:
-        raise bad_request(f"segment must be one of {', '.join(SEGMENTS)}, not {segment!r}")
-    return Charge(
-        segment=segment,
-        seconds=_seconds(body.get("seconds")),
-        rate_per_hour=_amount(body, "rateUSDPerHour"),
-        amount=_amount(body, "amountUSD"),
-        covered=covered,
-    )
-
-
-def _post_paid(body: dict[str, Any]) -> Charge:
-    """A Charge's charge: a post-paid segment, keyed ``<prefix>:<subject>:<n>``, its amount exactly its
-    rate for its seconds (rounded half-up once, as every charge)."""
-    segment = str(body.get("segment") or "")
-    if segment not in POST_PAID:
-        raise bad_request(f"segment of a Charge must be one of {', '.join(POST_PAID)}, not {segment!r}")
-    prefix = f"{POST_PAID[segment]}:{body['subject']}:"
-    number = str(body["key"]).removeprefix(prefix)
-    if not str(body["key"]).startswith(prefix) or not (number.isascii() and number.isdigit()) or len(number) > 18:
-        raise bad_request(f"the key of a {segment} Charge must be {prefix}<n>, n a whole number, not {body['key']!r}")
-    seconds, rate, amount = _seconds(body.get("seconds")), _amount(body, "rateUSDPerHour"), _amount(body, "amountUSD")
-    if amount != money.charge(rate, seconds):
-        exact = money.text(money.charge(rate, seconds))
-        raise bad_request(f"amountUSD {money.text(amount)} is not rateUSDPerHour x seconds / 3600 = {exact}")
-    return Charge(segment=segment, seconds=seconds, rate_per_hour=rate, amount=amount)
-
-
-def _seconds(value: Any) -> Decimal:
-    try:
-        seconds = Decimal(str(value))
-    except ArithmeticError:
-        raise bad_request("seconds must be a decimal number of seconds") from None
-    if not seconds.is_finite() or seconds < 0:
-        raise bad_request("seconds must be a decimal number of seconds of at least 0")
-    return seconds.quantize(Decimal("0.001"))

@@ -1,7 +1,7 @@
 """Blobs over HTTP: upload raw bytes to a project, download them by digest.
 
-* ``POST .../namespaces/{p}/blobs[?digest=sha256:<hex>]`` streams the raw request body into
-  :mod:`nodus.storage.blobs` (never buffered whole); ``Content-Type`` is recorded as the media type
+* ``POST .../namespaces/{p}/blobs[?digest=sha256:<hex>]`` streams the raw request body into a blob
+  (:class:`~nodus.api.blobservice.Blobs`, never buffered whole); ``Content-Type`` is recorded as the media type
   (default ``application/octet-stream``). 201 with
   ``{"kind": "Blob", "apiVersion": "nodus.dev/v1", "digest", "size", "mediaType"}`` and a
   ``Location``. With ``digest`` the bytes must hash to it: otherwise nothing is kept and the answer
@@ -18,7 +18,7 @@
   else is one file, named by ``filename``. 201 with ``{"kind": "VolumeRevision", ...}``: the
   Volume's name and the revision recorded. The body is checked only against ``digest`` when given.
 
-Both uploads are bounded (``bloblimits``, ADR 0034): a blob larger than ``--max-blob-size`` is a 413
+Both uploads are bounded (``nodus.api.blobservice``, ADR 0034): a blob larger than ``--max-blob-size`` is a 413
 ``BlobTooLarge`` and one that would take the project past ``--project-storage-quota`` a 403
 ``StorageQuotaExceeded``, refused from ``Content-Length`` before reading or the moment the body passes
 the limit, with nothing stored.
@@ -42,6 +42,7 @@ from starlette.responses import Response
 
 from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
+from nodus.api.blobservice import DEFAULT_MEDIA_TYPE, BlobInfo, is_digest
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, method_not_allowed
 from nodus.api.http import bloblimits, streaming
@@ -50,10 +51,6 @@ from nodus.api.http.responses import request_id
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery.units import format_time, now
-from nodus.storage import blobcollection, blobs
-from nodus.storage.blobs import BlobInfo, BlobTooLarge, DigestMismatch, QuotaExceeded
-from nodus.storage.errors import Key
-from nodus.storage.objectstore import ObjectStore
 
 API_PREFIX = f"/apis/{API_VERSION}"
 MAX_MEDIA_TYPE = 255
@@ -96,36 +93,18 @@ async def authorize(server: APIServer, principal: Principal, verb: str, namespac
 
 
 async def require_project(server: APIServer, namespace: str) -> None:
-    """A write into a project needs the project (administrators pass authorization without one)."""
-    if await server.storage.get(Key("Project", "", namespace)) is None:
-        raise APIError(
-            "NotFound",
-            f'projects.{GROUP} "{namespace}" not found',
-            details={"name": namespace, "group": GROUP, "kind": "projects"},
-        )
-
-
-def blob_store(server: APIServer) -> ObjectStore:
-    """The server's object store for blob bytes; a 503 Status when it was started without one."""
-    if server.blob_store is None:
-        raise APIError(
-            "ServiceUnavailable",
-            "this API server was started without a blob store, so it cannot store or serve blobs, outputs or "
-            "Volume revisions",
-            fix="An administrator: start nodus apiserver with --blob-store file:///a/directory or "
-            "--blob-store s3://bucket/prefix (nodus dev uses <data dir>/blobs).",
-        )
-    return server.blob_store
+    """A write into a project needs the project (administrators pass authorization without one): a 404 Status."""
+    await server.stores["projects"].get(None, namespace)
 
 
 def check_digest(value: str, what: str) -> str:
-    if not blobs.is_digest(value):
+    if not is_digest(value):
         raise bad_request(f'{what} must be {_DIGEST_SHAPE}, got "{value}"', fix=f"Pass {what} as {_DIGEST_SHAPE}.")
     return value
 
 
 def media_type(request: Request) -> str:
-    value = request.headers.get("content-type", "").strip() or blobs.DEFAULT_MEDIA_TYPE
+    value = request.headers.get("content-type", "").strip() or DEFAULT_MEDIA_TYPE
     if len(value) > MAX_MEDIA_TYPE:
         raise bad_request(f"the Content-Type is longer than {MAX_MEDIA_TYPE} characters")
     return value
@@ -149,48 +128,15 @@ async def store(
     server: APIServer, request: Request, namespace: str, kind: str, media: str, expected: str | None
 ) -> BlobInfo:
     """Stream the request body into a blob of ``namespace``; a 422 Status on a digest mismatch, a 413 or 403
-    past the limits (``bloblimits``), a 422 for a checkpoint manifest naming chunks the project lacks."""
-    objects = blob_store(server)
-    chunks = body_chunks(request)
+    past the limits, a 422 for a checkpoint manifest naming chunks the project lacks."""
     try:
-        info = await blobs.put(
-            server.storage,
-            objects,
-            namespace,
-            chunks,
-            media,
-            expected,
-            bloblimits.limits(server),
-            bloblimits.declared_size(request),
+        return await server.blobs.put(
+            namespace, body_chunks(request), media, expected, bloblimits.declared_size(request), kind
         )
-    except BlobTooLarge as exc:
-        bloblimits.stop_reading(request)
-        raise bloblimits.too_large(exc, kind) from None
-    except QuotaExceeded as exc:
-        bloblimits.stop_reading(request)
-        raise bloblimits.over_quota(exc, kind) from None
-    except DigestMismatch as exc:
-        raise APIError(
-            "Invalid",
-            f"the uploaded body ({exc.size} bytes) has digest {exc.actual}, not the expected {exc.expected}; "
-            "nothing was stored",
-            fix="Upload the bytes again (they changed or were cut in transit), or pass the digest of what you "
-            f"send: sha256sum FILE gives the hex to put after {blobs.DIGEST_PREFIX}.",
-            details={
-                "group": GROUP,
-                "kind": kind,
-                "causes": [
-                    {
-                        "reason": "FieldValueInvalid",
-                        "message": f"expected {exc.expected}, the body has {exc.actual}",
-                        "field": "digest",
-                    }
-                ],
-            },
-        ) from None
-    if media == blobcollection.CHECKPOINT_MANIFEST_MEDIA_TYPE:
-        await bloblimits.check_manifest(server, objects, namespace, info)
-    return info
+    except APIError as exc:
+        if exc.headers.get("Connection") == "close":  # refused for its size: the rest of the body is never read
+            bloblimits.stop_reading(request)
+        raise
 
 
 class BlobResponse(Response):
@@ -207,7 +153,7 @@ class BlobResponse(Response):
         await streaming.stream(receive, send, headers, lambda: self._pump(send), f"blob {self._info.digest}")
 
     async def _pump(self, send: Any) -> None:
-        async for data in blobs.read(blob_store(self._server), self._info):
+        async for data in self._server.blobs.read(self._info):
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
@@ -276,7 +222,7 @@ async def download(request: Request) -> Response:
     params = {"digest": digest, "method": request.method}
     if not await server.authorizer.system(Attributes(principal, "get", "blobs", namespace, params=params)):
         await authorize(server, principal, "get", namespace)
-    info = await blobs.open(server.storage, namespace, digest)
+    info = await server.blobs.open(namespace, digest)
     if info is None:
         raise not_found(namespace, digest)
     return serve(server, request, info)

@@ -9,7 +9,8 @@
 (``nodus credits grant PROJECT AMOUNT``). ``key`` (or the ``Idempotency-Key`` header) names the
 grant: sent again, it grants nothing more; sent with another amount, it is refused (409). Without a
 key every POST is a new grant. After a grant the Project's ``status.credits`` (a display copy of
-the ledger, like every ``status.cost``) is brought up to date.
+the ledger, like every ``status.cost``) is brought up to date before the answer. The route checks the
+caller and the request; :class:`~nodus.api.credits.Credits` reads and grants.
 
 A grant to a project being deleted is refused (403, cause ``ProjectTerminating``): its credit is closed once
 its contents are gone, and a project created again under its name starts with none (ADR 0037); a key that
@@ -23,7 +24,7 @@ amount before and nothing more was granted now.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from decimal import Decimal
 
 import orjson
 from starlette.requests import Request
@@ -32,15 +33,12 @@ from starlette.responses import Response
 from nodus.api import credits as shown
 from nodus.api.auth.nodes import Attributes
 from nodus.api.context import RequestContext
-from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.errors import APIError, bad_request, method_not_allowed
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id, respond
 from nodus.api.registry import GROUP
 from nodus.api.server import APIServer
-from nodus.apimachinery.causes import PROJECT_TERMINATING
-from nodus.billing import ledger, money
-from nodus.storage.errors import Key
-from nodus.storage.ledger import KeyReused
+from nodus.billing import money
 
 _RESOURCE = "projects/credits"
 FIELD_MANAGER = "nodus-billing"
@@ -57,69 +55,28 @@ async def credits(request: Request) -> Response:
     if request.method == "GET":
         request.scope["state"]["metrics"] = ("get", _RESOURCE)
         await server.authorizer.authorize(principal, "get", projects, None, name)
-    elif request.method == "POST":
-        request.scope["state"]["metrics"] = ("create", _RESOURCE)
-        attrs = Attributes(principal, "create", "credits", None, name)
-        if not await server.authorizer.system(attrs):
-            raise APIError(
-                "Forbidden",
-                f'projects.{GROUP} "{name}" is forbidden: User "{principal.user}" cannot create resource '
-                f'"{_RESOURCE}" in API group "{GROUP}"',
-                fix="Credits are granted by administrators (group system:masters): nodus credits grant PROJECT AMOUNT.",
-                details={"name": name, "group": GROUP, "kind": "projects"},
-            )
-    else:
+        return respond(await server.credits.read(name))
+    if request.method != "POST":
         raise method_not_allowed(request.method.lower(), _RESOURCE)
-    project = await server.storage.get(Key("Project", "", name))
-    if project is None:
-        raise not_found("projects", GROUP, name)
-    if request.method == "POST":
-        _refuse_when_terminating(project)
-        amount, key, memo = _grant_request(await request.body(), request.headers.get("idempotency-key"))
-        try:
-            posted = await ledger.grant(server.storage, name, amount, f"grant:{name}:{key}", memo)
-        except KeyReused:
-            raise APIError(
-                "Conflict",
-                f'the grant key "{key}" was used before for project {name} with another amount',
-                fix="Use a new key for a new grant; send the same key and amount to retry a grant safely.",
-                details={"name": name, "group": GROUP, "kind": "projects"},
-            ) from None
-        if await ledger.granted_to_an_earlier_project(server.storage, name, posted):
-            raise APIError(
-                "Conflict",
-                f'the grant key "{key}" granted credit to an earlier project named {name}, deleted since (its '
-                "credit was closed with it); nothing was granted to this one",
-                fix="Use a new key: grant keys are spent by every project of the name (ADR 0037).",
-                details={"name": name, "group": GROUP, "kind": "projects"},
-            )
-        ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
-        figures = await shown.show(server.stores["projects"], server.storage, name, ctx)
-        granted = {"key": key, "amountUSD": money.text(amount), "replayed": posted.replayed}
-        return respond({**shown.body(name, figures), "grant": granted}, status=200 if posted.replayed else 201)
-    return respond(shown.body(name, await ledger.credits(server.storage, name)))
+    request.scope["state"]["metrics"] = ("create", _RESOURCE)
+    attrs = Attributes(principal, "create", "credits", None, name)
+    if not await server.authorizer.system(attrs):
+        raise APIError(
+            "Forbidden",
+            f'projects.{GROUP} "{name}" is forbidden: User "{principal.user}" cannot create resource '
+            f'"{_RESOURCE}" in API group "{GROUP}"',
+            fix="Credits are granted by administrators (group system:masters): nodus credits grant PROJECT AMOUNT.",
+            details={"name": name, "group": GROUP, "kind": "projects"},
+        )
+    await server.credits.grantable(name)
+    amount, key, memo = _grant_request(await request.body(), request.headers.get("idempotency-key"))
+    ctx = RequestContext(principal=principal, request_id=request_id(request), field_manager=FIELD_MANAGER)
+    granted = await server.credits.grant(name, amount, key, memo, ctx)
+    grant = {"key": granted.key, "amountUSD": money.text(granted.amount), "replayed": granted.replayed}
+    return respond({**shown.body(name, granted.figures), "grant": grant}, status=200 if granted.replayed else 201)
 
 
-def _refuse_when_terminating(project: dict[str, Any]) -> None:
-    """No grant lands on a project being deleted: its credit is closed once its contents are gone (ADR 0037)."""
-    if not project["metadata"].get("deletionTimestamp"):
-        return
-    name = str(project["metadata"]["name"])
-    message = f"unable to grant credit to project {name} because it is being deleted"
-    raise APIError(
-        "Forbidden",
-        message,
-        fix="Wait until the project is gone and grant credit to the project created again (it starts with none).",
-        details={
-            "name": name,
-            "group": GROUP,
-            "kind": "projects",
-            "causes": [{"reason": PROJECT_TERMINATING, "message": message, "field": "metadata.name"}],
-        },
-    )
-
-
-def _grant_request(raw: bytes, header_key: str | None) -> tuple[Any, str, str]:
+def _grant_request(raw: bytes, header_key: str | None) -> tuple[Decimal, str, str]:
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError:

@@ -17,27 +17,13 @@ from starlette.responses import Response, StreamingResponse
 
 from nodus.api import tables
 from nodus.api.auth import authorization
-from nodus.api.errors import APIError, expired
 from nodus.api.http import queries
 from nodus.api.http.queries import ListOptions
 from nodus.api.http.responses import respond
+from nodus.api.listwatch import ListCursor, ListQuery, too_large
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
-from nodus.storage import errors as storage_errors
-from nodus.storage.listing import ListCursor, ListQuery
-
-
-def too_large(rv: int, current: int) -> APIError:
-    return APIError(
-        "TooLargeResourceVersion",
-        f"Too large resource version: {rv}, current: {current}",
-        details={
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1,
-        },
-        headers={"Retry-After": "1"},
-    )
 
 
 async def build_query(
@@ -53,7 +39,7 @@ async def build_query(
         if options.resource_version_match == "Exact":
             at_rv = wanted
         else:  # NotOlderThan (the default for a set resourceVersion): any state at least as new
-            current = await server.storage.current_rv()
+            current = await server.listwatch.current_rv()
             if wanted > current:
                 raise too_large(wanted, current)
     namespaces = names = None
@@ -84,22 +70,6 @@ def _list_metadata(cursor: ListCursor) -> dict[str, Any]:
     return metadata
 
 
-@contextlib.asynccontextmanager
-async def open_list(server: APIServer, query: ListQuery) -> AsyncIterator[ListCursor]:
-    try:
-        async with server.storage.open_list(query) as cursor:
-            yield cursor
-    except storage_errors.Expired as exc:
-        if query.after is not None:
-            raise expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a "
-                "new list without the continue parameter."
-            ) from exc
-        raise expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})") from exc
-    except storage_errors.TooLarge as exc:
-        raise too_large(exc.requested_rv, exc.current_rv) from exc
-
-
 async def respond_list(
     server: APIServer, info: KindInfo, query: ListQuery, representation: Representation, include: str
 ) -> Response:
@@ -107,7 +77,7 @@ async def respond_list(
     (``KindInfo.served``: Secret), whose items are each decoded and served."""
     if representation == "json" and query.limit is None and info.served is None:
         return await _stream(server, info, query)
-    async with open_list(server, query) as cursor:
+    async with server.listwatch.open_list(query) as cursor:
         rows = [row async for batch in cursor.batches() for row in batch]
         metadata = _list_metadata(cursor)
     objects = [orjson.loads(row[2]) for row in rows]
@@ -126,7 +96,7 @@ async def respond_list(
 
 async def _stream(server: APIServer, info: KindInfo, query: ListQuery) -> Response:
     stack = contextlib.AsyncExitStack()
-    cursor = await stack.enter_async_context(open_list(server, query))
+    cursor = await stack.enter_async_context(server.listwatch.open_list(query))
     head = (
         b'{"kind":"'
         + info.list_kind.encode()

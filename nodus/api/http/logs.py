@@ -16,21 +16,20 @@
   ``nodus logs -f`` waits, as ``kubectl logs -f job/NAME`` waits for a pod to run.
 
 Filters apply in this order: container, stream and since, then ``tailLines`` (the newest lines that passed),
-then ``limitBytes`` on the bytes sent (a line may be cut). The first page is read before the
-response starts, so a failure there is a Status; later pages are streamed, ``PAGE`` lines at a
-time. ``follow`` polls storage every ``POLL_SECONDS`` and ends once the attempt is in a terminal
-phase (or gone) and every line it had stored by then is sent, or when the client disconnects. A user
-may follow at most ``--max-log-follows-per-user`` logs at once on one API server process (429 beyond).
+then ``limitBytes`` on the bytes sent (a line may be cut). Lines are read by
+:class:`~nodus.api.attemptlogs.Logs`: the first page before the response starts, so a failure there is a
+Status; later pages are streamed as they are read. ``follow`` ends once the attempt is in a terminal phase (or
+gone) and every line it had stored by then is sent, or when the client disconnects. A user may follow at most
+``--max-log-follows-per-user`` logs at once on one API server process (429 beyond).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,9 +38,10 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from nodus.api.attemptlogs import STREAMS, LogEntry, LogLine, LogOptions, LogReader
 from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
-from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.errors import APIError, bad_request, method_not_allowed
 from nodus.api.http import streaming
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.streaming import Slot
@@ -49,27 +49,13 @@ from nodus.api.registry import GROUP, KindInfo
 from nodus.api.server import APIServer
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
-from nodus.apimachinery.selectors import parse_label_selector
 from nodus.apimachinery.units import now, parse_time
-from nodus.storage.errors import Key
-from nodus.storage.listing import ListQuery
-from nodus.storage.logs import STREAMS, AttemptLogs, LogEntry, LogLine
 
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 1000
 # 1000 lines of the longest stored length (16 KiB) with room for JSON escaping.
 MAX_BODY_BYTES = 24 * 1024 * 1024
-PAGE = 500
-POLL_SECONDS = 0.3
-# The phases after which an attempt writes no more lines (docs/running-jobs.md, Attempt).
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
-# The phases after which a Job starts no more attempts (docs/running-jobs.md, Job).
-FINISHED_JOB_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
-# How long a reader of a Job's log should wait before asking again for an attempt that has not started yet.
-RETRY_SECONDS = 1
-JOB_LABEL = "nodus.dev/job"
-INDEX_LABEL = "nodus.dev/index"
 
 _ENTRY_SHAPE = (
     '{"stream": "stdout"|"stderr", "time": "<RFC 3339 time with zone>", "line": "<text>", "container": "<optional>"}'
@@ -78,19 +64,6 @@ _STREAM_VALUES = {"stdout": "stdout", "stderr": "stderr", "all": None}
 _MAX_CAUSES = 20
 _CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LARGEST = 2**62
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    """What a reader asked for (the query parameters, checked)."""
-
-    follow: bool = False
-    tail_lines: int | None = None
-    since_time: datetime | None = None
-    timestamps: bool = False
-    limit_bytes: int | None = None
-    stream: str | None = None  # None: both
-    container: str | None = ""  # '': the main program; None: every container (allContainers)
 
 
 def _bool(params: QueryParams, key: str) -> bool:
@@ -292,95 +265,33 @@ def _labelled(line: LogLine) -> LogLine:
     return replace(line, line=f"[{line.container}] {line.line}") if line.container else line
 
 
-class _Reader:
-    """The log of one attempt as one request wants it: the first page eagerly, then the rest."""
-
-    def __init__(self, server: APIServer, info: KindInfo, attempt: dict[str, Any], options: LogOptions) -> None:
-        metadata = attempt["metadata"]
-        self._storage = server.storage
-        self._logs = AttemptLogs(server.storage)
-        self.key = Key(info.kind, metadata.get("namespace", ""), metadata["name"])
-        self._uid = str(metadata["uid"])
-        self._options = options
-        self._first: list[LogLine] = []
-        self._position = 0
-
-    async def start(self) -> None:
-        options = self._options
-        head = await self._logs.last_seq(self._uid) if options.tail_lines is not None else 0
-        self._first = await self._logs.read(
-            self._uid,
-            since_time=options.since_time,
-            tail_lines=options.tail_lines,
-            stream=options.stream,
-            container=options.container,
-            limit=PAGE,
-        )
-        last = self._first[-1].seq if self._first else 0
-        # A short tail page holds every line up to ``head`` that passed the filters: follow after it.
-        self._position = last if len(self._first) == PAGE else max(head, last)
-
-    async def _finished(self) -> bool:
-        obj = await self._storage.get(self.key)
-        if obj is None or obj["metadata"].get("uid") != self._uid:
-            return True
-        return (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
-
-    async def pages(self) -> AsyncIterator[list[LogLine]]:
-        if self._first:
-            yield self._first
-        full = len(self._first) == PAGE
-        options = self._options
-        while True:
-            finished = False
-            if not full:
-                if not options.follow:
-                    return
-                # Before the read: every line stored before the attempt finished is in this read.
-                finished = await self._finished()
-            lines = await self._logs.read(
-                self._uid,
-                after_seq=self._position,
-                since_time=options.since_time,
-                stream=options.stream,
-                container=options.container,
-                limit=PAGE,
-            )
-            if lines:
-                self._position = lines[-1].seq
-                yield lines
-            full = len(lines) == PAGE
-            if not full:
-                if finished:
-                    return
-                await asyncio.sleep(POLL_SECONDS)
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        remaining = self._options.limit_bytes
-        stamps = self._options.timestamps
-        # With allContainers, lines of other programs than the main one carry their container's name.
-        labelled = self._options.container is None
-        async for page in self.pages():
-            lines = [_labelled(line) for line in page] if labelled else page
-            if stamps:
-                text = "".join(f"{_stamp(line.time)} {line.line}\n" for line in lines)
-            else:
-                text = "".join(f"{line.line}\n" for line in lines)
-            data = text.encode()
-            if remaining is not None:
-                data = data[:remaining]
-                remaining -= len(data)
-            yield data
-            if remaining == 0:
-                return
+async def _chunks(reader: LogReader, options: LogOptions) -> AsyncIterator[bytes]:
+    """The log's pages as ``text/plain``: one line per entry, with its time when asked, cut at ``limitBytes``."""
+    remaining = options.limit_bytes
+    # With allContainers, lines of other programs than the main one carry their container's name.
+    labelled = options.container is None
+    async for page in reader.pages():
+        lines = [_labelled(line) for line in page] if labelled else page
+        if options.timestamps:
+            text = "".join(f"{_stamp(line.time)} {line.line}\n" for line in lines)
+        else:
+            text = "".join(f"{line.line}\n" for line in lines)
+        data = text.encode()
+        if remaining is not None:
+            data = data[:remaining]
+            remaining -= len(data)
+        yield data
+        if remaining == 0:
+            return
 
 
 class LogResponse(Response):
     """A ``text/plain`` stream that ends with the log, or at once when the client disconnects."""
 
-    def __init__(self, reader: _Reader, slot: Slot | None) -> None:
+    def __init__(self, reader: LogReader, options: LogOptions, slot: Slot | None) -> None:
         super().__init__(status_code=200, media_type="text/plain; charset=utf-8")
         self._reader = reader
+        self._options = options
         self._slot = slot
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -390,30 +301,28 @@ class LogResponse(Response):
             (b"x-content-type-options", b"nosniff"),
         ]
         try:
-            await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.key}")
+            await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.name}")
         finally:
             if self._slot is not None:
                 self._slot.release()
 
     async def _pump(self, send: Any) -> None:
-        async for data in self._reader.chunks():
+        async for data in _chunks(self._reader, self._options):
             if data:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def _serve(
-    request: Request, principal: Principal, info: KindInfo, attempt: dict[str, Any], options: LogOptions
-) -> Response:
+async def _serve(request: Request, principal: Principal, attempt: dict[str, Any], options: LogOptions) -> Response:
     """The log response; a followed log holds one of the user's follow slots until it ends (ADR 0033)."""
     slot = streaming.limits(request).acquire(principal, "follow") if options.follow else None
+    server: APIServer = request.app.state.server
     try:
-        reader = _Reader(request.app.state.server, info, attempt, options)
-        await reader.start()
+        reader = await server.logs.open(attempt, options)
     except BaseException:
         if slot is not None:
             slot.release()
         raise
-    return LogResponse(reader, slot)
+    return LogResponse(reader, options, slot)
 
 
 # --- endpoints -----------------------------------------------------------------------------------
@@ -430,13 +339,6 @@ def _kind(server: APIServer, plural: str, request: Request) -> KindInfo:
     return info
 
 
-async def _attempt(server: APIServer, info: KindInfo, namespace: str, name: str) -> dict[str, Any]:
-    obj = await server.storage.get(Key(info.kind, namespace, name))
-    if obj is None:
-        raise not_found(info.plural, GROUP, name)
-    return obj
-
-
 async def attempt_log(request: Request) -> Response:
     """``GET`` (read) and ``POST`` (append) ``/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log``."""
     server: APIServer = request.app.state.server
@@ -450,13 +352,13 @@ async def attempt_log(request: Request) -> Response:
     if verb == "create":
         if not await server.authorizer.system(Attributes(principal, "create", info.plural, namespace, name, "log")):
             raise _append_refused(principal, info, namespace)
-        attempt = await _attempt(server, info, namespace, name)
+        attempt = await server.stores[info.plural].get(namespace, name)
         entries = parse_entries(await _read_body(request), name)
-        await AttemptLogs(server.storage).append(str(attempt["metadata"]["uid"]), namespace, name, entries)
+        await server.logs.append(attempt, entries)
         return Response(status_code=204)
     await server.authorizer.authorize(principal, "get", info, namespace, name, "log")
     options = parse_options(request.query_params)
-    return await _serve(request, principal, info, await _attempt(server, info, namespace, name), options)
+    return await _serve(request, principal, await server.stores[info.plural].get(namespace, name), options)
 
 
 def _append_refused(principal: Principal, info: KindInfo, namespace: str) -> APIError:
@@ -477,7 +379,6 @@ async def job_log(request: Request) -> Response:
     server: APIServer = request.app.state.server
     principal = await authenticate(server, request)
     jobs = _kind(server, "jobs", request)
-    attempts = _kind(server, "attempts", request)
     namespace, name = request.path_params["namespace"], request.path_params["name"]
     if request.method != "GET":
         raise method_not_allowed(request.method.lower(), f"{jobs.plural}/log")
@@ -488,71 +389,6 @@ async def job_log(request: Request) -> Response:
     index = int_param(params, "index", 0) or 0
     number = int_param(params, "attempt", 1)
     rank = int_param(params, "rank", 0) or 0
-    job = await server.storage.get(Key(jobs.kind, namespace, name))
-    if job is None:
-        raise not_found(jobs.plural, GROUP, name)
-    attempt = await _attempt_of(server, attempts, job, index, number, rank)
-    return await _serve(request, principal, attempts, attempt, options)
-
-
-async def _attempt_of(
-    server: APIServer, info: KindInfo, job: dict[str, Any], index: int, number: int | None, rank: int = 0
-) -> dict[str, Any]:
-    """The Job's attempt ``number`` of ``index`` (the highest number when None), for a gang its ``rank``; a 404
-    Status when none."""
-    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"].get("uid")
-    query = ListQuery(
-        kind=info.kind, namespace=namespace, labels=parse_label_selector(f"{JOB_LABEL}={name},{INDEX_LABEL}={index}")
-    )
-    candidates: dict[int, dict[str, Any]] = {}
-    async with server.storage.open_list(query) as cursor:
-        async for batch in cursor.batches():
-            for _, _, body in batch:
-                obj = orjson.loads(body)
-                spec = obj.get("spec") or {}
-                # An attempt left over from an earlier Job of the same name is not this Job's.
-                if spec.get("jobUID") not in (None, uid) or not isinstance(spec.get("number"), int):
-                    continue
-                if spec.get("rank") is not None and spec["rank"] != rank:
-                    continue  # another rank of a gang epoch
-                candidates[spec["number"]] = obj
-    fix = (
-        f"`kubectl get attempts -n {namespace} -l {JOB_LABEL}={name}` lists the Job's attempts; an index gets its "
-        "first attempt when the Job controller starts it."
-    )
-    details: dict[str, Any] = {"name": name, "group": GROUP, "kind": "jobs"}
-    spec = job.get("spec") or {}
-    indexes = int(spec.get("completions") or 1)
-    if index >= indexes:
-        raise APIError(
-            "NotFound",
-            f'job "{name}" has no index {index}: its indexes are 0 to {indexes - 1}',
-            fix=f"Pass an index below spec.completions ({indexes}).",
-            details=details,
-        )
-    if not candidates or (number is not None and number > max(candidates)):
-        # The attempt may still come: say so the way Kubernetes says "try again" (StatusDetails), which
-        # `nodus logs -f` waits on (ADR 0039). A finished or deleted Job, or a gang rank it lacks, never gets one.
-        ranks = int((spec.get("distributed") or {}).get("nodes") or 1)
-        if rank < ranks and not _finished_job(job):
-            details["retryAfterSeconds"] = RETRY_SECONDS
-    if not candidates:
-        raise APIError("NotFound", f'job "{name}" has no attempt for index {index} yet', fix=fix, details=details)
-    if number is None:
-        return candidates[max(candidates)]
-    if number not in candidates:
-        have = ", ".join(str(n) for n in sorted(candidates))
-        plural = "s" if len(candidates) > 1 else ""
-        raise APIError(
-            "NotFound",
-            f'job "{name}" has no attempt {number} for index {index}; it has attempt{plural} {have}',
-            fix=fix,
-            details=details,
-        )
-    return candidates[number]
-
-
-def _finished_job(job: dict[str, Any]) -> bool:
-    """Whether the Job will start no more attempts: it ended, or it is being deleted."""
-    status = job.get("status") or {}
-    return bool(job["metadata"].get("deletionTimestamp")) or status.get("phase") in FINISHED_JOB_PHASES
+    job = await server.stores[jobs.plural].get(namespace, name)
+    attempt = await server.logs.attempt_of(job, index, number, rank)
+    return await _serve(request, principal, attempt, options)

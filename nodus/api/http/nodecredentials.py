@@ -35,7 +35,6 @@ from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery import fieldpath, units
 from nodus.apimachinery.fieldpath import FieldError, Path
-from nodus.storage.errors import Key
 
 KIND = "NodeCredentialRequest"
 RESOURCE = "nodecredentials"
@@ -117,7 +116,7 @@ async def _token(server: APIServer, principal: Principal, name: str) -> dict[str
     token_id = principal.bootstrap_token
     if token_id is None:
         return None
-    token = await server.storage.get(Key("BootstrapToken", "", token_id))
+    token = await server.stores["bootstraptokens"].find(None, token_id)
     if token is None:  # deleted between authentication and now
         raise APIError("Unauthorized", "Unauthorized")
     bound = (token.get("spec") or {}).get("nodeName")
@@ -134,7 +133,7 @@ async def _token(server: APIServer, principal: Principal, name: str) -> dict[str
 
 async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext) -> dict[str, Any]:
     nodes = server.stores["nodes"]
-    node = await server.storage.get(Key("Node", "", name))
+    node = await nodes.find(None, name)
     if node is None:
         if not offering:
             raise invalid(
@@ -143,7 +142,7 @@ async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext
                 name,
                 [fieldpath.required(Path("spec", "offering"), f"node {name} does not exist yet; say what it provides")],
             )
-        if await server.storage.get(Key("Offering", "", str(offering))) is None:
+        if await server.stores["offerings"].find(None, str(offering)) is None:
             raise invalid(
                 KIND,
                 GROUP,

@@ -18,14 +18,13 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from nodus.api.errors import APIError, method_not_allowed, not_found
+from nodus.api.blobservice import DIGEST_PREFIX
+from nodus.api.errors import APIError, method_not_allowed
 from nodus.api.http import blobs as blob_http
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.logs import int_param
 from nodus.api.registry import GROUP
 from nodus.api.server import APIServer
-from nodus.storage import blobs
-from nodus.storage.errors import Key
 
 TAR_ZSTD = "application/vnd.nodus.tar+zstd"
 
@@ -82,9 +81,7 @@ async def job_output(request: Request) -> Response:
     params = request.query_params
     index = int_param(params, "index", 0) or 0
     rank = int_param(params, "rank", 0)
-    job = await server.storage.get(Key(jobs.kind, namespace, name))
-    if job is None:
-        raise not_found(jobs.plural, GROUP, name)
+    job = await server.stores[jobs.plural].get(namespace, name)
     committed = [e for e in (job.get("status") or {}).get("outputs") or [] if isinstance(e, dict)]
     entry = find(committed, output, index, rank)
     details = {"name": name, "group": GROUP, "kind": "jobs"}
@@ -99,8 +96,8 @@ async def job_output(request: Request) -> Response:
             "outputs; an output is committed when its index finishes.",
             details=details,
         )
-    digest = blobs.DIGEST_PREFIX + str(entry["sha256"])
-    info = await blobs.open(server.storage, namespace, digest)
+    digest = DIGEST_PREFIX + str(entry["sha256"])
+    info = await server.blobs.open(namespace, digest)
     if info is None:
         raise APIError(
             "NotFound",

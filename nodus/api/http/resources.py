@@ -383,7 +383,7 @@ async def _delete_collection(server: APIServer, request: Request, principal: Pri
     list_options = queries.parse(request.query_params, info)
     readable = await server.authorizer.readable_projects(principal)
     query = await lists.build_query(server, info, target.namespace, list_options, readable)
-    async with lists.open_list(server, query) as cursor:
+    async with server.listwatch.open_list(query) as cursor:
         names = [(row[0], row[1]) async for batch in cursor.batches() for row in batch]
     store = server.stores[info.plural]
     deleted = []

@@ -21,14 +21,13 @@ from starlette.responses import Response
 
 from nodus.api.auth.nodes import Attributes
 from nodus.api.auth.principal import Principal
-from nodus.api.errors import APIError, bad_request, method_not_allowed, not_found
+from nodus.api.errors import APIError, bad_request, method_not_allowed
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import respond
 from nodus.api.kinds import secret
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery.sealing import OpenError
-from nodus.storage.errors import Key
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +73,7 @@ async def secret_values(request: Request) -> Response:
     attrs = Attributes(principal, "get", "secrets", namespace, name, "values", params=params)
     if not await server.authorizer.system(attrs):
         raise _forbidden(principal, namespace)
-    obj = await server.storage.get(Key(secret.SECRET.kind, namespace, name))
-    if obj is None:
-        raise not_found("secrets", GROUP, name)
+    obj = await server.stores[secret.SECRET.plural].get(namespace, name)
     uid = str(obj["metadata"]["uid"])
     if wanted_uid is not None and wanted_uid != uid:
         raise _gone(
@@ -87,7 +84,7 @@ async def secret_values(request: Request) -> Response:
     kept = [int(v["version"]) for v in secret.versions(obj)]
     version = wanted_version if wanted_version is not None else (kept[-1] if kept else 0)
     try:
-        values = secret.open_version(secret.keyring(), obj, version)
+        values = secret.open_version(secret.require(server.secret_keys), obj, version)
     except OpenError as exc:
         log.error("secret %s/%s version %d does not open: %s", namespace, name, version, exc)
         raise APIError(

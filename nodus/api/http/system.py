@@ -51,12 +51,7 @@ async def readyz(request: Request) -> Response:
     verbose = request.query_params.get("verbose") is not None
     if verbose:
         await _monitoring(request)
-    checks = {"storage": False, "watch-cache": server.ready}
-    try:
-        await server.storage.current_rv()
-        checks["storage"] = True
-    except Exception:  # any failure to reach the database means not ready
-        checks["storage"] = False
+    checks = {"storage": await server.storage_reachable(), "watch-cache": server.ready}
     ok = all(checks.values())
     if verbose or not ok:
         lines = [f"[{'+' if good else '-'}]{name} {'ok' if good else 'failed'}" for name, good in checks.items()]
@@ -68,9 +63,7 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     await _monitoring(request)
     server: APIServer = request.app.state.server
-    server.metrics.watch_cache_head.set(server.storage.watch_cache.head)
-    server.metrics.commit_batches.set(server.storage.committer.batches)
-    server.metrics.commit_writes.set(server.storage.committer.writes)
+    server.observe_storage()
     return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

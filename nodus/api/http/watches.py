@@ -1,6 +1,6 @@
 """WATCH: a stream of ADDED, MODIFIED, DELETED, BOOKMARK and ERROR events, one JSON object per line.
 
-The stream reads the process's watch cache (``nodus.storage.watchcache``): each event's bytes are
+The stream reads the process's watch cache (:class:`~nodus.api.listwatch.ListWatch`): each event's bytes are
 shared by every watcher, so the work per watcher is a filter and a write. Selectors are evaluated
 on the object before and after each change, so an object that starts to match is sent as ADDED
 and one that stops matching as DELETED, as kube-apiserver does. Errors after the stream began (a
@@ -33,17 +33,16 @@ from starlette.responses import Response
 
 from nodus.api import tables
 from nodus.api.auth import authorization
-from nodus.api.errors import APIError, expired
+from nodus.api.errors import APIError
 from nodus.api.http import streaming, watchaccess
-from nodus.api.http.lists import build_query, open_list, too_large
+from nodus.api.http.lists import build_query
 from nodus.api.http.queries import ListOptions
 from nodus.api.http.streaming import Slot
+from nodus.api.listwatch import Event, too_large
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
 from nodus.apimachinery.selectors import FieldRequirement, FieldSelector, LabelSelector
-from nodus.storage import errors as storage_errors
-from nodus.storage.watchcache import Event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 log = logging.getLogger(__name__)
@@ -236,7 +235,7 @@ class _Watch:
             await chunk(_line("ERROR", self.error.status_body(self.request_id, self.docs_base)))
             return
         server, options, encoder = self.server, self.options, self.encoder
-        cache = server.storage.watch_cache
+        cache = server.listwatch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         interval = server.settings.bookmark_interval
@@ -294,8 +293,10 @@ class _Watch:
                     return
                 if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
                     live.write(encoder.bookmark(cache.head))
-        except storage_errors.Expired as exc:
-            error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
+        except APIError as error:
+            if error.reason != "Expired":
+                raise
+            # The watch fell out of the retention window: the stream ends with the 410 as its last event.
             await chunk(_line("ERROR", error.status_body(self.request_id, self.docs_base)))
         finally:
             if live is not None:
@@ -317,7 +318,7 @@ async def respond_watch(
     recheck: watchaccess.Recheck | None = None,
 ) -> WatchResponse:
     """The watch response; it releases ``slot`` when the stream ends (the caller releases it if this raises)."""
-    cache = server.storage.watch_cache
+    cache = server.listwatch
     fields = options.fields
     if name is not None:
         fields = FieldSelector((*fields.requirements, FieldRequirement("metadata.name", name)))
@@ -334,18 +335,18 @@ async def respond_watch(
     rv = options.resource_version
     if options.send_initial_events or (rv in ("", "0") and options.send_initial_events is None):
         query = await build_query(server, info, namespace, dataclasses.replace(options, limit=None), readable)
-        async with open_list(server, query) as cursor:
+        async with cache.open_list(query) as cursor:
             initial = [row[2] async for batch in cursor.batches() for row in batch]
             start = cursor.resource_version
     else:
-        start = int(rv) if rv not in ("", "0") else await server.storage.current_rv()
+        start = int(rv) if rv not in ("", "0") else await cache.current_rv()
         if start > cache.head and not await cache.wait_for_head(start, 3.0):
             raise too_large(start, cache.head)
     error: APIError | None = None
     try:
         await cache.check(start)
-    except storage_errors.Expired as exc:
-        error = expired(f"too old resource version: {exc.requested_rv} ({exc.oldest_rv})")
+    except APIError as too_old:  # said as the stream's first event, as kube-apiserver does
+        error = too_old
     if start > cache.head:
         await cache.wait_for_head(start, 3.0)
     encoder = _Encoder(info, representation, options.include_object)

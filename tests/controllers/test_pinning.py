@@ -29,7 +29,17 @@ def volume(name: str, revisions: int) -> Object:
         "metadata": {"name": name, "uid": f"v-{name}"},
         "status": {
             **({"latestRevision": revisions} if revisions else {}),
-            "revisions": [{"revision": r, "sha256": f"{r:064x}"} for r in range(1, revisions + 1)],
+            "revisions": [
+                {
+                    "revision": r,
+                    "sha256": f"{r:064x}",
+                    "size": 10,
+                    "mediaType": "application/x-tar",
+                    "createdTime": "2026-11-29T12:00:00Z",
+                    "source": "upload",
+                }
+                for r in range(1, revisions + 1)
+            ],
         },
     }
 
@@ -45,7 +55,8 @@ def secret_env(name: str = "s", key: str = "token") -> list[Object]:
 
 def test_secrets_are_pinned_by_uid_and_latest_version() -> None:
     pins = pinning.pin(
-        {"env": secret_env(), "secrets": ["s"]}, lookup_of(("secrets", secret("s", versions={1: [], 2: ["token"]})))
+        {"env": secret_env(), "secrets": [{"name": "s"}]},
+        lookup_of(("secrets", secret("s", versions={1: [], 2: ["token"]}))),
     )
     assert isinstance(pins, pinning.Pins)
     assert pins.status() == {"secretVersions": {"s": 2}, "secretVersionIDs": {"s": "uid-1"}}
@@ -85,14 +96,14 @@ def test_secrets_are_pinned_by_uid_and_latest_version() -> None:
         ),
         pytest.param(
             {"inputs": [{"name": "m", "output": {"job": "prep", "name": "model"}}]},
-            [("jobs", {"metadata": {"name": "prep"}, "status": {"phase": "Running"}})],
+            [("jobs", {"metadata": {"name": "prep"}, "spec": {}, "status": {"phase": "Running"}})],
             "OutputNotReady",
             False,
             id="producer-running",
         ),
         pytest.param(
             {"inputs": [{"name": "m", "output": {"job": "prep", "name": "model"}}]},
-            [("jobs", {"metadata": {"name": "prep"}, "status": {"phase": "Failed"}})],
+            [("jobs", {"metadata": {"name": "prep"}, "spec": {}, "status": {"phase": "Failed"}})],
             "InputUnavailable",
             True,
             id="producer-failed",
@@ -117,6 +128,7 @@ def test_what_cannot_be_pinned_waits_or_fails(
 def test_a_committed_output_is_pinned_by_its_digest() -> None:
     producer = {
         "metadata": {"name": "prep"},
+        "spec": {},
         "status": {"phase": "Succeeded", "outputs": [{"name": "model", "index": 0, "sha256": DIGEST, "size": 3}]},
     }
     pins = pinning.pin(

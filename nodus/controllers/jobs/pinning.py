@@ -33,12 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodus.apis.v1 import objects, phases
+from nodus.apis.v1.connection import DEFAULT_DSN_KEY, POSTGRES_TYPES, ConnectionSpec
+from nodus.apis.v1.jobdata import OutputInput
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.jobstatus import JobStatus
+from nodus.apis.v1.volume import VolumeRevision
+from nodus.controllers.jobs import views
+
 Object = dict[str, Any]
 Lookup = Callable[[str, str], Object | None]
 """``lookup(plural, name)``: the object of that kind and name in the Job's project, or None."""
-
-POSTGRES_TYPES = frozenset({"Postgres", "Neon", "Supabase"})
-_TERMINAL_JOB_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Pins:
     input_status: list[Object] = field(default_factory=list)
     volumes: list[Object] = field(default_factory=list)
     connections: dict[str, Object] = field(default_factory=dict)
-    pinned: Object = field(default_factory=dict)  # the Job's status pins, when admitted already
+    pinned: JobStatus = field(default_factory=JobStatus)  # the Job's status pins, when admitted already
 
     def status(self) -> Object:
         out: Object = {}
@@ -71,7 +76,7 @@ class Pins:
         read_only = [
             {"volume": v["volume"], "mountPath": v["mountPath"], "revision": v["revision"]}
             for v in self.volumes
-            if v.get("readOnly") and v.get("revision")
+            if v["readOnly"] and "revision" in v
         ]
         if read_only:
             out["volumes"] = read_only
@@ -93,19 +98,20 @@ class Pins:
         return out
 
 
-def pin(spec: Object, lookup: Lookup, pinned: Object | None = None) -> Pins | Blocked:
+def pin(spec: JobSpec | Object, lookup: Lookup, pinned: JobStatus | Object | None = None) -> Pins | Blocked:
     """Pin every object ``spec`` reads, or say why it cannot be admitted (see the module docstring).
 
     ``pinned`` is the status of a Job admitted already: its pins (``secretVersions``/``IDs``,
     ``inputs``, ``volumes``) are reused rather than re-chosen, so that a replacement attempt sees what
     the first one saw; one that no longer resolves (a Secret deleted since) is a final Blocked.
     """
-    pins = Pins(pinned=pinned or {})
+    job_spec = views.job_spec(spec)
+    pins = Pins(pinned=views.job_status(pinned or {}))
     steps: list[Callable[[], Blocked | None]] = [
-        lambda: _pin_connections(spec, lookup, pins),
-        lambda: _pin_secrets(spec, lookup, pins),
-        lambda: _pin_inputs(spec, lookup, pins),
-        lambda: _pin_volumes(spec, lookup, pins),
+        lambda: _pin_connections(job_spec, lookup, pins),
+        lambda: _pin_secrets(job_spec, lookup, pins),
+        lambda: _pin_inputs(job_spec, lookup, pins),
+        lambda: _pin_volumes(job_spec, lookup, pins),
     ]
     for step in steps:
         blocked = step()
@@ -114,41 +120,35 @@ def pin(spec: Object, lookup: Lookup, pinned: Object | None = None) -> Pins | Bl
     return pins
 
 
-def _secret_references(spec: Object) -> list[tuple[str, int | None, str | None, str]]:
+def _secret_references(spec: JobSpec) -> list[tuple[str, int | None, str | None, str]]:
     """``(name, version, key, where)`` of every Secret the spec names."""
-    out: list[tuple[str, int | None, str | None, str]] = []
-    for i, item in enumerate(spec.get("secrets") or []):
-        if isinstance(item, str):
-            out.append((item, None, None, f"spec.secrets[{i}]"))
-        elif isinstance(item, dict) and item.get("name"):
-            out.append((str(item["name"]), item.get("version"), None, f"spec.secrets[{i}]"))
-    envs = [("spec.env", spec.get("env"))] + [
-        (f"spec.sidecars[{i}].env", sidecar.get("env"))
-        for i, sidecar in enumerate(spec.get("sidecars") or [])
-        if isinstance(sidecar, dict)
+    out: list[tuple[str, int | None, str | None, str]] = [
+        (item.name, item.version, None, f"spec.secrets[{i}]") for i, item in enumerate(spec.secrets or ())
+    ]
+    envs = [("spec.env", spec.env)] + [
+        (f"spec.sidecars[{i}].env", sidecar.env) for i, sidecar in enumerate(spec.sidecars or ())
     ]
     for where, env in envs:
-        for i, item in enumerate(env or []):
-            ref = ((item or {}).get("valueFrom") or {}).get("secretKeyRef") if isinstance(item, dict) else None
-            if isinstance(ref, dict) and ref.get("name"):
-                out.append((str(ref["name"]), None, str(ref.get("key") or ""), f"{where}[{i}].valueFrom.secretKeyRef"))
-    for i, name in enumerate(spec.get("imagePullSecrets") or []):
-        out.append((str(name), None, None, f"spec.imagePullSecrets[{i}]"))
+        for i, item in enumerate(env or ()):
+            if item.value_from is not None:
+                ref = item.value_from.secret_key_ref
+                out.append((ref.name, None, ref.key, f"{where}[{i}].valueFrom.secretKeyRef"))
+    out += [(name, None, None, f"spec.imagePullSecrets[{i}]") for i, name in enumerate(spec.image_pull_secrets or ())]
     return out
 
 
-def _pin_secrets(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
+def _pin_secrets(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | None:
     references = _secret_references(spec)
     references += [
-        (str(ref["name"]), None, ref.get("key"), f"Connection {conn['name']}")
+        (conn["secret"]["name"], None, conn["secret"].get("key"), f"Connection {conn['name']}")
         for conn in pins.connections.values()
-        if (ref := conn.get("secret"))
     ]
     for name, version, key, where in references:
-        secret = lookup("secrets", name)
-        pinned_version = (pins.pinned.get("secretVersions") or {}).get(name)
-        pinned_uid = (pins.pinned.get("secretVersionIDs") or {}).get(name)
-        if pinned_uid is not None and (secret is None or secret["metadata"]["uid"] != pinned_uid):
+        stored = lookup("secrets", name)
+        secret = objects.read(objects.Secret, stored) if stored is not None else None
+        pinned_version = (pins.pinned.secret_versions or {}).get(name)
+        pinned_uid = (pins.pinned.secret_version_ids or {}).get(name)
+        if pinned_uid is not None and (secret is None or secret.metadata.uid != pinned_uid):
             return Blocked(
                 "SecretChanged",
                 f'Secret "{name}" ({where}) was deleted{" and recreated" if secret else ""} after the Job pinned it '
@@ -157,11 +157,10 @@ def _pin_secrets(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
             )
         if secret is None:
             return Blocked("SecretNotFound", f'Secret "{name}" ({where}) does not exist yet; the Job waits for it.')
-        status = secret.get("status") or {}
-        versions = {int(v["version"]): v for v in status.get("versions") or [] if isinstance(v, dict)}
-        chosen = int(version) if version is not None else int(status.get("version") or 0)
+        versions = {v.version: v for v in secret.status.versions or ()}
+        chosen = version if version is not None else secret.status.version or 0
         if pinned_version is not None:
-            chosen = int(pinned_version)
+            chosen = pinned_version
         earlier = pins.secrets.get(name)
         if earlier is not None and version is None:
             chosen = earlier["version"]
@@ -179,115 +178,109 @@ def _pin_secrets(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
                 f'Secret "{name}" has no version {chosen} ({where}); its versions are {known}.',
                 final=True,
             )
-        keys = [str(k) for k in versions[chosen].get("keys") or []]
+        keys = list(versions[chosen].keys)
         if key is not None and key not in keys:
             return Blocked(
                 "SecretKeyNotFound",
                 f'Secret "{name}" version {chosen} has no key "{key}" ({where}); its keys are '
                 f"{', '.join(keys) or 'none'}. Add the key to the Secret; the Job waits for it.",
             )
-        pins.secrets[name] = {"uid": secret["metadata"]["uid"], "version": chosen, "keys": keys}
+        pins.secrets[name] = {"uid": secret.metadata.uid, "version": chosen, "keys": keys}
     return None
 
 
-def _pin_connections(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
+def _pin_connections(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | None:
     wanted: list[tuple[str, str, frozenset[str]]] = [
-        (str(name), f"spec.connections[{i}]", frozenset()) for i, name in enumerate(spec.get("connections") or [])
+        (name, f"spec.connections[{i}]", frozenset()) for i, name in enumerate(spec.connections or ())
     ]
-    for i, item in enumerate(spec.get("inputs") or []):
-        bucket = (item or {}).get("bucket") if isinstance(item, dict) else None
-        if isinstance(bucket, dict) and bucket.get("connection"):
-            wanted.append((str(bucket["connection"]), f"spec.inputs[{i}].bucket.connection", frozenset({"S3"})))
-    for i, item in enumerate(spec.get("outputs") or []):
-        sink = (item or {}).get("sink") if isinstance(item, dict) else None
-        if isinstance(sink, dict) and sink.get("connection"):
-            wanted.append((str(sink["connection"]), f"spec.outputs[{i}].sink.connection", POSTGRES_TYPES))
+    for i, item in enumerate(spec.inputs or ()):
+        if item.bucket is not None:
+            wanted.append((item.bucket.connection, f"spec.inputs[{i}].bucket.connection", frozenset({"S3"})))
+    for i, output in enumerate(spec.outputs or ()):
+        if output.sink is not None:
+            wanted.append((output.sink.connection, f"spec.outputs[{i}].sink.connection", POSTGRES_TYPES))
     for name, where, types in wanted:
-        connection = lookup("connections", name)
-        if connection is None:
+        stored = lookup("connections", name)
+        if stored is None:
             return Blocked(
                 "ConnectionNotFound", f'Connection "{name}" ({where}) does not exist yet; the Job waits for it.'
             )
-        connection_spec = connection.get("spec") or {}
-        kind = str(connection_spec.get("type") or "")
-        if types and kind not in types:
+        connection = objects.read(objects.Connection, stored).spec
+        if types and connection.type not in types:
             return Blocked(
                 "ConnectionTypeMismatch",
-                f'Connection "{name}" is of type {kind} but {where} needs {" or ".join(sorted(types))}.',
+                f'Connection "{name}" is of type {connection.type} but {where} needs {" or ".join(sorted(types))}.',
                 final=True,
             )
-        resolved = _resolved_connection(name, kind, connection_spec)
+        resolved = _resolved_connection(name, connection)
         if where.startswith("spec.connections") or pins.connections.get(name, {}).get("exposed"):
             resolved["exposed"] = True  # DECISIONS 28: its credentials are given to the program
         pins.connections[name] = resolved
     return None
 
 
-def _resolved_connection(name: str, kind: str, spec: Object) -> Object:
-    if kind == "S3":
-        s3 = spec.get("s3") or {}
+def _resolved_connection(name: str, spec: ConnectionSpec) -> Object:
+    """The Connection as an Attempt's spec carries it (``PinnedConnection``)."""
+    if spec.type == "S3":
+        s3 = spec.s3
+        located = {"endpoint": s3.endpoint, "region": s3.region, "bucket": s3.bucket} if s3 is not None else {}
         return {
             "name": name,
-            "type": kind,
-            "s3": {k: s3[k] for k in ("endpoint", "region", "bucket") if s3.get(k)},
-            "secret": {"name": str(s3.get("credentialsSecret") or "")},
+            "type": spec.type,
+            "s3": {k: v for k, v in located.items() if v},
+            "secret": {"name": s3.credentials_secret if s3 is not None else ""},
         }
-    postgres = spec.get("postgres") or {}
-    key = str(postgres.get("dsnKey") or "dsn")
-    return {"name": name, "type": kind, "secret": {"name": str(postgres.get("dsnSecret") or ""), "key": key}}
+    postgres = spec.postgres
+    secret = postgres.dsn_secret if postgres is not None else ""
+    key = (postgres.dsn_key if postgres is not None else None) or DEFAULT_DSN_KEY
+    return {"name": name, "type": spec.type, "secret": {"name": secret, "key": key}}
 
 
-def _revision(volume: Object, wanted: int | None) -> Object | None:
-    status = volume.get("status") or {}
-    revisions = {int(r["revision"]): r for r in status.get("revisions") or [] if isinstance(r, dict)}
-    number = wanted if wanted is not None else int(status.get("latestRevision") or 0)
-    return revisions.get(number)
+def _revision(stored: Object, wanted: int | None) -> VolumeRevision | None:
+    status = objects.read(objects.Volume, stored).status
+    revisions = {r.revision: r for r in status.revisions or ()}
+    return revisions.get(wanted if wanted is not None else status.latest_revision)
 
 
-def _pin_inputs(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
-    earlier = {str(s.get("name")): s for s in pins.pinned.get("inputs") or [] if isinstance(s, dict)}
-    for i, item in enumerate(spec.get("inputs") or []):
-        if not isinstance(item, dict):
-            continue
-        name, where = str(item.get("name")), f"spec.inputs[{i}]"
-        known = earlier.get(name) or {}
-        if isinstance(url := item.get("url"), dict):
-            digest = url.get("sha256") or known.get("sha256")
-            pins.inputs.append({"name": name, "url": url["url"], **({"sha256": digest} if digest else {})})
+def _pin_inputs(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | None:
+    earlier = {str(s.name): s for s in pins.pinned.inputs or ()}
+    for i, item in enumerate(spec.inputs or ()):
+        name, where = item.name, f"spec.inputs[{i}]"
+        known = earlier.get(name)
+        known_digest = known.sha256 if known is not None else None
+        if item.url is not None:
+            digest = item.url.sha256 or known_digest
+            pins.inputs.append({"name": name, "url": item.url.url, **({"sha256": digest} if digest else {})})
             if digest:
                 pins.input_status.append({"name": name, "sha256": digest})
-        elif isinstance(bucket := item.get("bucket"), dict):
-            digest = bucket.get("sha256") or known.get("sha256")
-            entry = {"name": name, "bucket": {"connection": bucket["connection"], "uri": bucket["uri"]}}
+        elif item.bucket is not None:
+            digest = item.bucket.sha256 or known_digest
+            entry: Object = {"name": name, "bucket": {"connection": item.bucket.connection, "uri": item.bucket.uri}}
             if digest:
                 entry["sha256"] = digest
                 pins.input_status.append({"name": name, "sha256": digest})
             pins.inputs.append(entry)
-        elif isinstance(item.get("output"), dict) and known.get("sha256"):
-            digest = str(known["sha256"])
-            pins.inputs.append({"name": name, "blob": f"sha256:{digest}", "sha256": digest})
-            pins.input_status.append({"name": name, "sha256": digest})
-        elif isinstance(ref := item.get("volume"), dict):
-            volume = lookup("volumes", str(ref.get("name")))
+        elif item.output is not None and known_digest:
+            pins.inputs.append({"name": name, "blob": f"sha256:{known_digest}", "sha256": known_digest})
+            pins.input_status.append({"name": name, "sha256": known_digest})
+        elif item.volume is not None:
+            ref = item.volume
+            volume = lookup("volumes", ref.name)
             if volume is None:
-                return Blocked(
-                    "VolumeNotFound", f'Volume "{ref.get("name")}" ({where}) does not exist yet; the Job waits.'
-                )
-            revision = _revision(volume, ref.get("revision") or known.get("volumeRevision"))
+                return Blocked("VolumeNotFound", f'Volume "{ref.name}" ({where}) does not exist yet; the Job waits.')
+            revision = _revision(volume, ref.revision or (known.volume_revision if known is not None else None))
             if revision is None:
-                return _no_revision(str(ref.get("name")), ref.get("revision"), where)
-            pins.inputs.append({"name": name, "blob": f"sha256:{revision['sha256']}", "sha256": revision["sha256"]})
-            pins.input_status.append(
-                {"name": name, "sha256": revision["sha256"], "volumeRevision": revision["revision"]}
-            )
-        elif isinstance(ref := item.get("output"), dict):
-            blocked = _pin_output(name, ref, where, lookup, pins)
+                return _no_revision(ref.name, ref.revision, where)
+            pins.inputs.append({"name": name, "blob": f"sha256:{revision.sha256}", "sha256": revision.sha256})
+            pins.input_status.append({"name": name, "sha256": revision.sha256, "volumeRevision": revision.revision})
+        elif item.output is not None:
+            blocked = _pin_output(name, item.output, where, lookup, pins)
             if blocked is not None:
                 return blocked
     return None
 
 
-def _no_revision(volume: str, wanted: Any, where: str) -> Blocked:
+def _no_revision(volume: str, wanted: int | None, where: str) -> Blocked:
     if wanted is None:
         return Blocked(
             "VolumeEmpty",
@@ -297,48 +290,43 @@ def _no_revision(volume: str, wanted: Any, where: str) -> Blocked:
     return Blocked("VolumeRevisionNotFound", f'Volume "{volume}" has no revision {wanted} ({where}).', final=True)
 
 
-def _pin_output(name: str, ref: Object, where: str, lookup: Lookup, pins: Pins) -> Blocked | None:
-    job_name, output, index = str(ref.get("job")), str(ref.get("name")), int(ref.get("index") or 0)
-    producer = lookup("jobs", job_name)
-    if producer is None:
-        return Blocked(
-            "OutputNotReady", f'Job "{job_name}" ({where}) does not exist yet; the Job waits for its output.'
-        )
-    status = producer.get("status") or {}
-    for committed in status.get("outputs") or []:
-        if committed.get("name") == output and int(committed.get("index") or 0) == index and committed.get("sha256"):
-            digest = str(committed["sha256"])
+def _pin_output(name: str, ref: OutputInput, where: str, lookup: Lookup, pins: Pins) -> Blocked | None:
+    stored = lookup("jobs", ref.job)
+    if stored is None:
+        return Blocked("OutputNotReady", f'Job "{ref.job}" ({where}) does not exist yet; the Job waits for its output.')
+    status = objects.read(objects.Job, stored).status
+    for committed in status.outputs or ():
+        if committed.name == ref.name and (committed.index or 0) == ref.index and committed.sha256:
+            digest = committed.sha256
             pins.inputs.append({"name": name, "blob": f"sha256:{digest}", "sha256": digest})
             pins.input_status.append({"name": name, "sha256": digest})
             return None
-    what = f'output "{output}" of index {index} of Job "{job_name}"'
-    if status.get("phase") in _TERMINAL_JOB_PHASES:
-        committed_names = sorted({f"{o.get('name')}[{o.get('index', 0)}]" for o in status.get("outputs") or []})
+    what = f'output "{ref.name}" of index {ref.index} of Job "{ref.job}"'
+    if status.phase in phases.JOB_FINISHED:
+        committed_names = sorted({f"{o.name}[{o.index or 0}]" for o in status.outputs or ()})
         return Blocked(
             "InputUnavailable",
-            f"{what} ({where}) was never committed: that Job ended {status.get('phase')}; its outputs are "
+            f"{what} ({where}) was never committed: that Job ended {status.phase}; its outputs are "
             f"{', '.join(committed_names) or 'none'}.",
             final=True,
         )
     return Blocked("OutputNotReady", f"{what} ({where}) is not committed yet; the Job waits for it.")
 
 
-def _pin_volumes(spec: Object, lookup: Lookup, pins: Pins) -> Blocked | None:
-    earlier = {str(v.get("mountPath")): v for v in pins.pinned.get("volumes") or [] if isinstance(v, dict)}
-    for i, mount in enumerate(spec.get("volumes") or []):
-        if not isinstance(mount, dict):
-            continue
-        where, name = f"spec.volumes[{i}]", str(mount.get("volume"))
+def _pin_volumes(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | None:
+    earlier = {str(v.mount_path): v for v in pins.pinned.volumes or ()}
+    for i, mount in enumerate(spec.volumes or ()):
+        where, name = f"spec.volumes[{i}]", mount.volume
         volume = lookup("volumes", name)
         if volume is None:
             return Blocked("VolumeNotFound", f'Volume "{name}" ({where}) does not exist yet; the Job waits for it.')
-        read_only = bool(mount.get("readOnly"))
-        wanted = mount.get("revision") or (earlier.get(str(mount.get("mountPath"))) or {}).get("revision")
-        revision = _revision(volume, wanted if read_only else None)
-        if revision is None and (read_only or mount.get("revision") is not None):
-            return _no_revision(name, mount.get("revision"), where)
-        entry: Object = {"volume": name, "mountPath": mount["mountPath"], "readOnly": read_only}
+        pinned = earlier.get(mount.mount_path)
+        wanted = mount.revision or (pinned.revision if pinned is not None else None)
+        revision = _revision(volume, wanted if mount.read_only else None)
+        if revision is None and (mount.read_only or mount.revision is not None):
+            return _no_revision(name, mount.revision, where)
+        entry: Object = {"volume": name, "mountPath": mount.mount_path, "readOnly": mount.read_only}
         if revision is not None:
-            entry.update(revision=revision["revision"], blob=f"sha256:{revision['sha256']}")
+            entry.update(revision=revision.revision, blob=f"sha256:{revision.sha256}")
         pins.volumes.append(entry)
     return None

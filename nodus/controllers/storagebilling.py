@@ -12,8 +12,9 @@ Keyed by Job; level-triggered. The rule (ADR 0023):
   free inclusion (its ``billedBytes``): ``billedBytes / 2^30 x rateUSDPerGiBMonth / 730``, rounded half-up
   to the micro-dollar (:func:`hourly_charge`). An hour that rounds to nothing is not posted.
 * The hour in which the Job is deleted is charged whole: the hours up to ``deletionTimestamp`` rounded
-  up, at least one. This controller puts the finalizer ``nodus.dev/storage-charges`` on every Job with
-  billed bytes, and lifts it once every hour up to the deletion is charged.
+  up, at least one. This controller puts the finalizer ``nodus.dev/storage-charges``
+  (``labels.STORAGE_CHARGES``) on every Job with billed bytes, and lifts it once every hour up to the
+  deletion is charged.
 * Each hour is a ``Charge`` through the ledger door keyed ``storage:<job uid>:<n>``. Its amount depends
   only on the Job's outputs, the price and ``n``, so any reconcile (a retry, a second controller after a
   failover, the deletion) posts the same charge for the same hour, and the ledger makes it once. The
@@ -43,6 +44,7 @@ from typing import Any
 
 from nodus.apimachinery import money, units
 from nodus.apimachinery.money import text as usd
+from nodus.apis.v1 import labels, objects
 from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
@@ -53,7 +55,6 @@ Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.storagebilling")
 
 API = "/apis/nodus.dev/v1"
-FINALIZER = "nodus.dev/storage-charges"
 SEGMENT = "Storage"
 CONDITION = "StoragePaid"
 HOUR = timedelta(hours=1)
@@ -100,17 +101,16 @@ class Commit:
     size: int
 
 
-def commits(job: Object) -> list[Commit]:
+def commits(job: objects.Job) -> list[Commit]:
     """The Job's non-empty outputs with their commit times, oldest first. An output without
     ``committedTime`` (written before it existed) counts from the Job's ``completionTime``."""
-    status = job.get("status") or {}
-    fallback = status.get("completionTime") or job["metadata"].get("creationTimestamp")
+    fallback = job.status.completion_time or job.metadata.creation_timestamp
     out = []
-    for output in status.get("outputs") or []:
-        size = int(output.get("size") or 0)
-        when = output.get("committedTime") or fallback
+    for output in job.status.outputs or ():
+        size = output.size or 0
+        when = output.committed_time or fallback
         if size > 0 and when:
-            out.append(Commit(units.parse_time(str(when)), size))
+            out.append(Commit(units.parse_time(when), size))
     return sorted(out, key=lambda c: c.time)
 
 
@@ -135,11 +135,13 @@ def hour_key(uid: str, n: int) -> str:
 # --- the controller ---------------------------------------------------------------------------------
 
 
-def unpaid_in(job: Object) -> list[str]:
+def unpaid_in(obj: Object) -> list[str]:
     """Index of Jobs whose storage could not be charged, by project: a grant there tries them at once."""
-    if (conditions.get(job.get("status") or {}, CONDITION) or {}).get("status") != "False":
+    job = objects.read(objects.Job, obj)
+    paid = next((c for c in job.status.conditions or () if c.type == CONDITION), None)
+    if paid is None or paid.status != "False":
         return []
-    return [str(job["metadata"].get("namespace") or "")]
+    return [job.metadata.namespace or ""]
 
 
 def enqueue_unpaid(queue: WorkQueue[Any], jobs: Informer) -> Handler:
@@ -173,23 +175,24 @@ class StorageBilling:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
-        job = self._jobs.get(namespace, name) if namespace is not None else None
-        if job is None or namespace is None:
+        obj = self._jobs.get(namespace, name) if namespace is not None else None
+        if obj is None or namespace is None:
             return None
-        meta = job["metadata"]
+        job = objects.read(objects.Job, obj)
         kept = commits(job)
-        held = FINALIZER in (meta.get("finalizers") or [])
-        deleted = units.time_or_none(meta.get("deletionTimestamp"))
+        held = labels.STORAGE_CHARGES in job.metadata.finalizers
+        deleted = units.time_or_none(job.metadata.deletion_timestamp)
         if not kept:
             if held and deleted is not None:
                 await self._lift(job)  # nothing was ever kept: nothing is owed
             return None
-        uid = str(meta["uid"])
+        uid = job.metadata.uid
         ledger = await self._get(namespace, uid)
         price = Price.of(ledger["price"])
         billed_now = billed_bytes(sum(c.size for c in kept), price.free_bytes)
         if billed_now > 0 and not held and deleted is None:
-            job = await self._hold(job)  # from now on its deletion waits for the last hour's charge
+            obj = await self._hold(job)  # from now on its deletion waits for the last hour's charge
+            job = objects.read(objects.Job, obj)
         # A Job deleted without the finalizer (deleted before this controller saw its bytes, while another
         # finalizer keeps it a moment) is charged all the same while it is still there: best effort.
         owed = await self._charge(job, kept, price, ledger, deleted)
@@ -197,7 +200,7 @@ class StorageBilling:
             if held:
                 await self._lift(job)
             return None
-        await self._show(job, billed_now, owed)
+        await self._show(obj, billed_now, owed)
         if owed.unpaid is not None:
             return Result(requeue_after=self._retry)
         if billed_now == 0:
@@ -208,11 +211,11 @@ class StorageBilling:
         return Result(requeue_after=(next_end - now).total_seconds() + min(1.0, self._hour.total_seconds() / 20))
 
     async def _charge(
-        self, job: Object, kept: list[Commit], price: Price, ledger: Object, deleted: datetime | None
+        self, job: objects.Job, kept: list[Commit], price: Price, ledger: Object, deleted: datetime | None
     ) -> _Owed:
         """Post every owed hour after the last one charged, in order; stop at the first the project
         cannot pay."""
-        namespace, uid = str(job["metadata"]["namespace"]), str(job["metadata"]["uid"])
+        namespace, uid = job.metadata.namespace or "", job.metadata.uid
         start = kept[0].time
         due = hours_due(start, units.now(), self._hour, deleted)
         last = ledger.get("lastHour")
@@ -230,7 +233,7 @@ class StorageBilling:
                 "seconds": str(SECONDS_BILLED),
                 "rateUSDPerHour": usd(amount),
                 "amountUSD": usd(amount),
-                "memo": f"job {job['metadata']['name']}: hour {n} of storage, {billed} bytes above the free inclusion",
+                "memo": f"job {job.metadata.name}: hour {n} of storage, {billed} bytes above the free inclusion",
             }
             try:
                 ledger = await self._post(namespace, body)
@@ -248,7 +251,8 @@ class StorageBilling:
 
     async def _show(self, job: Object, billed_now: int, owed: _Owed) -> None:
         """Write the display copies: ``storage.billedBytes``, ``cost.bySegment.storageUSD`` (and the total),
-        and ``StoragePaid`` when an hour could not be charged (and once it is again)."""
+        and ``StoragePaid`` when an hour could not be charged (and once it is again). ``job`` is the Job as
+        stored: its status is copied and edited as JSON, so that fields this version does not know are kept."""
         old = job.get("status") or {}
         status = copy.deepcopy(old)
         status["storage"] = {**(status.get("storage") or {}), "billedBytes": billed_now}
@@ -277,22 +281,23 @@ class StorageBilling:
             conditions.set(status, CONDITION, "True", "Paid", "Every hour of storage due is charged.", now)
         if status == old:
             return
-        meta = job["metadata"]
         with contextlib.suppress(errors.NotFound):
-            await self._client.update("jobs", {**job, "status": status}, meta["namespace"], subresource="status")
+            await self._client.update(
+                "jobs", {**job, "status": status}, job["metadata"]["namespace"], subresource="status"
+            )
 
-    async def _hold(self, job: Object) -> Object:
-        meta = job["metadata"]
-        finalizers = [*(meta.get("finalizers") or []), FINALIZER]
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
-        return await self._client.patch("jobs", meta["name"], patch, meta["namespace"])
+    async def _hold(self, job: objects.Job) -> Object:
+        meta = job.metadata
+        finalizers = [*meta.finalizers, labels.STORAGE_CHARGES]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}}
+        return await self._client.patch("jobs", meta.name, patch, meta.namespace)
 
-    async def _lift(self, job: Object) -> None:
-        meta = job["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+    async def _lift(self, job: objects.Job) -> None:
+        meta = job.metadata
+        finalizers = [f for f in meta.finalizers if f != labels.STORAGE_CHARGES]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}}
         with contextlib.suppress(errors.NotFound):
-            await self._client.patch("jobs", meta["name"], patch, meta["namespace"])
+            await self._client.patch("jobs", meta.name, patch, meta.namespace)
 
     async def _get(self, namespace: str, uid: str) -> Object:
         response = await self._client.request("GET", f"{API}/namespaces/{namespace}/ledger/storage/{uid}")

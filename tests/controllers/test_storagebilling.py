@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nodus.apis.v1 import objects
 from nodus.controllers import storagebilling
 from nodus.controllers.jobs import planning
 from nodus.controllers.storagebilling import Commit, Price
@@ -76,9 +77,10 @@ def test_each_hour_is_billed_for_what_was_committed_before_it_ended() -> None:
     assert [storagebilling.hour_bytes(kept, START, HOUR, n) for n in range(5)] == [3, 7, 7, 12, 12]
 
 
-def job(outputs: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
+def job(outputs: list[dict[str, Any]], **status: Any) -> objects.Job:
     meta = {"name": "j", "namespace": "p", "uid": "u", "creationTimestamp": "2026-11-30T09:00:00Z"}
-    return {"metadata": meta, "status": {"outputs": outputs, **status}}
+    spec = {"image": "python:3.12-slim", "command": ["true"]}
+    return objects.read(objects.Job, {"metadata": meta, "spec": spec, "status": {"outputs": outputs, **status}})
 
 
 def test_commits_are_the_non_empty_outputs_oldest_first() -> None:
@@ -108,7 +110,7 @@ def test_the_jobs_outputs_carry_the_time_their_attempt_committed_them() -> None:
     output = {"name": "model", "path": "/nodus/outputs/m", "sha256": "c" * 64, "size": 10}
     attempt = {
         "metadata": {"name": "j-0-1", "creationTimestamp": "2026-11-30T09:00:00Z"},
-        "spec": {"index": 0, "number": 1},
+        "spec": {"job": "j", "jobUID": "u", "index": 0, "number": 1},
         "status": {"phase": "Succeeded", "finishTime": "2026-11-30T10:00:00Z", "outputs": [output]},
     }
     body = {
@@ -123,7 +125,7 @@ def test_the_jobs_outputs_carry_the_time_their_attempt_committed_them() -> None:
 def test_the_jobs_cost_keeps_what_storage_was_charged_and_is_not_final_while_bytes_are_billed() -> None:
     attempt = {
         "metadata": {"name": "j-0-1", "creationTimestamp": "2026-11-30T09:00:00Z"},
-        "spec": {"index": 0, "number": 1},
+        "spec": {"job": "j", "jobUID": "u", "index": 0, "number": 1},
         "status": {
             "phase": "Succeeded",
             "scheduledTime": "2026-11-30T09:00:00Z",

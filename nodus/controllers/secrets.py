@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects, phases
+from nodus.apis.v1.secret import SecretVersion
 from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
@@ -29,31 +32,29 @@ from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 
-PINNED_ANNOTATION = "nodus.dev/pinned-versions"
 # The API server's nodus.api.kinds.secret.PRUNE_GRACE: older unpinned versions go at the next write.
 PRUNE_GRACE = timedelta(minutes=10)
 PINNING_INDEX = "pins-secret"
-_FINISHED = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
-def pinned_secrets(job: Object) -> list[str]:
+def pinned_secrets(obj: Object) -> list[str]:
     """Index of Jobs by the Secrets they pin and may still read: ``<project>/<secret uid>``."""
-    status = job.get("status") or {}
-    if status.get("phase") in _FINISHED:
+    job = objects.read(objects.Job, obj)
+    if job.status.phase in phases.JOB_FINISHED:
         return []
-    namespace = str(job["metadata"].get("namespace") or "")
-    return [f"{namespace}/{uid}" for uid in (status.get("secretVersionIDs") or {}).values()]
+    namespace = job.metadata.namespace or ""
+    return [f"{namespace}/{uid}" for uid in (job.status.secret_version_ids or {}).values()]
 
 
 def enqueue_pinned(queue: WorkQueue[Any]) -> Handler:
     """A Job changed: the Secrets it pins (before and after) look at their pins again."""
 
     def handler(old: Object | None, new: Object | None) -> None:
-        for job in (old, new):
-            if job is not None:
-                namespace = str(job["metadata"].get("namespace") or "")
-                for name in (job.get("status") or {}).get("secretVersions") or {}:
-                    queue.add((namespace, str(name)))
+        for obj in (old, new):
+            if obj is not None:
+                job = objects.read(objects.Job, obj)
+                for name in job.status.secret_versions or {}:
+                    queue.add((job.metadata.namespace or "", name))
 
     return handler
 
@@ -68,39 +69,39 @@ class SecretPins:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         namespace, name = key
-        secret = self._secrets.get(namespace, name) if namespace is not None else None
-        if secret is None:
+        obj = self._secrets.get(namespace, name) if namespace is not None else None
+        if obj is None:
             return None
-        meta = secret["metadata"]
+        secret = objects.read(objects.Secret, obj)
+        uid = secret.metadata.uid
         pinned: set[int] = set()
-        for job in self._jobs.by_index(PINNING_INDEX, f"{namespace}/{meta['uid']}"):
-            status = job.get("status") or {}
-            if (status.get("secretVersionIDs") or {}).get(name) == meta["uid"] and name in status.get(
-                "secretVersions", {}
-            ):
-                pinned.add(int(status["secretVersions"][name]))
-        versions = (secret.get("status") or {}).get("versions") or []
-        current = (meta.get("annotations") or {}).get(PINNED_ANNOTATION)
+        for pinning in self._jobs.by_index(PINNING_INDEX, f"{namespace}/{uid}"):
+            job = objects.read(objects.Job, pinning)
+            ids, pins = job.status.secret_version_ids or {}, job.status.secret_versions or {}
+            if name in pins and ids.get(name) == uid:
+                pinned.add(pins[name])
+        versions = secret.status.versions or []
+        current = secret.metadata.annotations.get(labels.PINNED_VERSIONS)
         desired = ",".join(str(v) for v in sorted(pinned))
         droppable, waiting = _unpinned(versions, pinned)
         if current == desired and not droppable:
             return _until(waiting)
         if current is None and len(versions) < 2:
             return None  # nothing to keep or drop: no annotation needed
-        patch = {"metadata": {"annotations": {PINNED_ANNOTATION: desired}}}
+        patch = {"metadata": {"annotations": {labels.PINNED_VERSIONS: desired}}}
         with contextlib.suppress(errors.NotFound):
             await self._client.patch("secrets", name, patch, namespace)
         return _until(waiting)
 
 
-def _unpinned(versions: list[Object], pinned: set[int]) -> tuple[bool, list[float]]:
+def _unpinned(versions: Sequence[SecretVersion], pinned: set[int]) -> tuple[bool, list[float]]:
     """Whether an old unpinned version can go now, and in how many seconds the others can."""
     now = units.now()
     droppable, waiting = False, []
     for entry, successor in itertools.pairwise(versions):
-        if int(entry.get("version") or 0) in pinned:
+        if entry.version in pinned:
             continue
-        superseded = units.time_or_none(successor.get("createdTime"))
+        superseded = units.time_or_none(successor.created_time)
         if superseded is None:
             continue
         due = (superseded + PRUNE_GRACE - now).total_seconds()

@@ -39,8 +39,8 @@ from typing import Any
 from nodus.api.auth.principal import ADMIN_GROUP, Principal
 from nodus.api.context import RequestContext
 from nodus.api.errors import APIError
-from nodus.api.kinds.project import PROJECT_FINALIZER
 from nodus.api.store import FOREGROUND, ORPHAN, GenericStore
+from nodus.apis.v1 import labels
 from nodus.storage.errors import Expired
 from nodus.storage.leadership import Leadership
 from nodus.storage.watchcache import Event
@@ -151,7 +151,7 @@ class GarbageCollector:
                     await self._delete(dependent, "Foreground")
             if blocking == 0:
                 await self._lift(obj, FOREGROUND)
-        if PROJECT_FINALIZER in finalizers and obj.get("kind") == "Project":
+        if labels.PROJECT_CONTENTS in finalizers and obj.get("kind") == "Project":
             kinds = [kind for kind, store in self._stores.items() if store.info.namespaced]
             contents = await self._storage.namespaced_in(metadata["name"], kinds)
             for item in contents:
@@ -164,7 +164,7 @@ class GarbageCollector:
                         log.info("project %s: deleted its %d blobs", metadata["name"], purged)
                 if self._close_credit is not None:
                     await self._close_credit(metadata["name"], metadata["uid"])
-                await self._lift(obj, PROJECT_FINALIZER)
+                await self._lift(obj, labels.PROJECT_CONTENTS)
 
     async def _orphaned(self, obj: Object, missing: set[str]) -> None:
         refs = obj["metadata"].get("ownerReferences") or []

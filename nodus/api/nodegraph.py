@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from nodus.apis.v1 import labels
 from nodus.storage import blobcollection, blobs
 from nodus.storage.objects import Storage
 from nodus.storage.objectstore import ObjectStore
@@ -25,7 +26,6 @@ Object = dict[str, Any]
 ATTEMPTS_TTL = 1.0
 CHUNKS_KEPT = 1_000_000
 """About 100 MB of digests at most; a 1 TiB checkpoint in 4 MiB chunks names 262,144."""
-NODE_LABEL = "nodus.dev/node"
 
 
 class StoredNodeGraph:
@@ -43,7 +43,7 @@ class StoredNodeGraph:
         clock = time.monotonic()
         if not fresh and cached is not None and clock - cached[0] < ATTEMPTS_TTL:
             return cached[1]
-        attempts = await self._storage.labelled("Attempt", {NODE_LABEL: node})
+        attempts = await self._storage.labelled("Attempt", {labels.NODE: node})
         self._attempts[node] = (clock, attempts)
         if len(self._attempts) > 4096:  # a bound against node names that come and go
             self._attempts.clear()

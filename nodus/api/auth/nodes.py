@@ -35,12 +35,9 @@ from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError
 from nodus.api.registry import GROUP
 from nodus.apimachinery.selectors import LabelSelector, Operator, SelectorError, parse_label_selector
+from nodus.apis.v1 import labels, phases
 
 Object = dict[str, Any]
-NODE_LABEL = "nodus.dev/node"
-JOB_LABEL = "nodus.dev/job"
-EPOCH_LABEL = "nodus.dev/gang-epoch"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 READ_VERBS = frozenset({"get", "list", "watch"})
 
 
@@ -104,7 +101,7 @@ class NodeAuthorizer:
         raise refuse(
             attrs,
             f"A node agent reads and writes only its own Node, the Attempts bound to it and what they pin "
-            f"(list Attempts with labelSelector {NODE_LABEL}={node}).",
+            f"(list Attempts with labelSelector {labels.NODE}={node}).",
             why=f"node {node} has no active Attempt that allows it",
         )
 
@@ -112,7 +109,7 @@ class NodeAuthorizer:
         attempts = await self._graph.attempts_on(node, fresh=fresh)
         mine = [a for a in attempts if _spec(a).get("node") == node]
         here = [a for a in mine if a["metadata"].get("namespace") == attrs.namespace]
-        active = [a for a in here if _phase(a) not in TERMINAL_PHASES]
+        active = [a for a in here if _phase(a) not in phases.ATTEMPT_FINISHED]
         resource, sub, verb = attrs.resource, attrs.subresource, attrs.verb
         if resource == "attempts":
             return _attempt_allowed(attrs, node, here, active)
@@ -171,17 +168,17 @@ def _attempt_allowed(attrs: Attributes, node: str, here: list[Object], active: l
 
 def _selects_node(text: str, node: str) -> bool:
     """Whether the selector pins ``nodus.dev/node`` to exactly this node."""
-    return _pinned_values(text, NODE_LABEL) == {node}
+    return _pinned_values(text, labels.NODE) == {node}
 
 
 def _selects_gang_of(text: str, active: Iterable[Object]) -> bool:
     """Whether the selector pins one job and one gang epoch that an active Attempt of this node is a rank of."""
-    jobs, epochs = _pinned_values(text, JOB_LABEL), _pinned_values(text, EPOCH_LABEL)
+    jobs, epochs = _pinned_values(text, labels.JOB), _pinned_values(text, labels.GANG_EPOCH)
     if jobs is None or epochs is None or len(jobs) != 1 or len(epochs) != 1:
         return False
     for attempt in active:
-        labels = attempt["metadata"].get("labels") or {}
-        if labels.get(JOB_LABEL) in jobs and labels.get(EPOCH_LABEL) in epochs:
+        on_attempt = attempt["metadata"].get("labels") or {}
+        if on_attempt.get(labels.JOB) in jobs and on_attempt.get(labels.GANG_EPOCH) in epochs:
             return True
     return False
 

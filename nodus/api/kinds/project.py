@@ -12,9 +12,8 @@ from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1 import labels
 from nodus.apis.v1.project import ProjectSpec, ProjectStatus
-
-PROJECT_FINALIZER = "nodus.dev/project-contents"
 
 
 class ProjectStrategy(Strategy):
@@ -22,17 +21,17 @@ class ProjectStrategy(Strategy):
         super().prepare_for_create(obj)
         obj.setdefault("spec", {})
         finalizers = obj["metadata"].setdefault("finalizers", [])
-        if PROJECT_FINALIZER not in finalizers:
-            finalizers.append(PROJECT_FINALIZER)
+        if labels.PROJECT_CONTENTS not in finalizers:
+            finalizers.append(labels.PROJECT_CONTENTS)
 
     def prepare_for_update(self, new: Object, old: Object) -> None:
         super().prepare_for_update(new, old)
         # The contents finalizer may only go once the project is being deleted (the garbage
         # collector lifts it when the project is empty); otherwise deleting would strand its objects.
-        had = PROJECT_FINALIZER in (old["metadata"].get("finalizers") or [])
+        had = labels.PROJECT_CONTENTS in (old["metadata"].get("finalizers") or [])
         finalizers = new["metadata"].setdefault("finalizers", [])
-        if had and not old["metadata"].get("deletionTimestamp") and PROJECT_FINALIZER not in finalizers:
-            finalizers.append(PROJECT_FINALIZER)
+        if had and not old["metadata"].get("deletionTimestamp") and labels.PROJECT_CONTENTS not in finalizers:
+            finalizers.append(labels.PROJECT_CONTENTS)
 
     def validate(self, obj: Object) -> list[FieldError]:
         _, errors = validate_model(ProjectSpec, obj.get("spec", {}), Path("spec"))

@@ -54,11 +54,10 @@ from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.apimachinery.units import format_time, now, time_or_none
+from nodus.apis.v1 import labels
 from nodus.apis.v1.secret import MAX_VERSIONS, SecretFields, SecretStatus
 
 MAX_BYTES = 1024 * 1024
-# Written by the controllers: the versions that live Jobs pin, as "1,3". See the module docstring.
-PINNED_ANNOTATION = "nodus.dev/pinned-versions"
 # A version superseded this recently is kept even if no Job pins it yet: a Job admitted a moment
 # before the new version may not have reached the controllers' view.
 PRUNE_GRACE = timedelta(minutes=10)
@@ -271,8 +270,8 @@ def _unreadable(name: str) -> APIError:
 
 
 def pinned_versions(obj: Object) -> set[int] | None:
-    """The versions named by the ``PINNED_ANNOTATION`` (None: no annotation, keep every version)."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PINNED_ANNOTATION)
+    """The versions named by the ``labels.PINNED_VERSIONS`` (None: no annotation, keep every version)."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(labels.PINNED_VERSIONS)
     if text is None:
         return None
     return {int(part) for part in str(text).split(",") if part.strip().isdigit()}

@@ -18,6 +18,7 @@ from nodus.api.fieldmanagement.lastapplied import LAST_APPLIED_ANNOTATION
 from nodus.api.kinds import connection, secret
 from nodus.apimachinery import units
 from nodus.apimachinery.sealing import KeyFileError, Keyring, OpenError, Sealed
+from nodus.apis.v1 import labels
 
 
 class Server:
@@ -225,7 +226,7 @@ def test_old_versions_no_job_pins_go_after_the_grace(ring: Keyring) -> None:
         age(obj, version, minutes)
     unannotated = update(obj, metadata={**obj["metadata"], "labels": {"x": "y"}})
     assert [v["version"] for v in unannotated["status"]["versions"]] == [1, 2, 3, 4]  # no pins known: keep all
-    annotations = {secret.PINNED_ANNOTATION: "2"}
+    annotations = {labels.PINNED_VERSIONS: "2"}
     pruned = update(obj, metadata={**obj["metadata"], "annotations": annotations})
     # 1 superseded 50 minutes ago and unpinned: gone; 2 pinned; 3 superseded 5 minutes ago: in its grace.
     assert [v["version"] for v in pruned["status"]["versions"]] == [2, 3, 4]

@@ -1,11 +1,11 @@
-"""The ``Job`` kind (``jobs.nodus.dev/v1``): its declaration, models and strategy.
+"""The ``Job`` kind (``jobs.nodus.dev/v1``): its declaration and strategy.
 
 ``JOB`` is what the registry, routes, discovery, OpenAPI and Table output are generated from. The
-package is laid out by concept: models (``spec``, ``spec_capacity``, ``spec_data``, ``status``,
-``status_cost`` on ``base`` and ``scalars``), write-time canonicalisation (``aliases``, ``defaults``),
-validation (``validation`` and its ``validation_*`` topics, on ``rules`` and ``jsonview``), the
-accelerator catalog (``accelerators``; gang sizing is ``nodus.apimachinery.topology``, shared with
-billing and the controllers), warnings (``notices``) and printer columns (``columns``).
+wire models (spec, status, cost) are shared with the clients and live in ``nodus.apis.v1``
+(``jobspec``, ``jobcapacity``, ``jobdata``, ``jobstatus``, ``jobcost`` on ``base`` and ``scalars``).
+This package holds the server's side, by concept: write-time canonicalisation (``aliases``,
+``defaults``), validation (``validation`` and its ``validation_*`` topics, on ``rules`` and
+``jsonview``), warnings (``notices``) and printer columns (``columns``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 from nodus.api.kinds.job.jsonview import JSONObject, as_str
 from nodus.apimachinery import fieldpath, units
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1 import phases
 
 # A nested dict lists the mutable fields below an immutable object; True marks a mutable field.
 _MutableTree: TypeAlias = dict[str, "bool | _MutableTree"]
@@ -37,8 +38,6 @@ MUTABLE_FIELDS: _MutableTree = {
     "resources": {"nodes": True},
 }
 CANCELLED = "Cancelled"
-# The Job's phases after which nothing runs again (nodus.controllers.jobs.planning.TERMINAL_PHASES).
-FINISHED_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 def update_rules(new: JSONObject, old: JSONObject, path: Path, *, phase: str | None = None) -> list[FieldError]:
@@ -99,7 +98,7 @@ def _max_cost_rules(new: JSONObject, old: JSONObject, path: Path) -> list[FieldE
 def _state_rules(new: JSONObject, old: JSONObject, path: Path, phase: str | None) -> list[FieldError]:
     if new.get("state") == old.get("state"):
         return []
-    if phase in FINISHED_PHASES:
+    if phase in phases.JOB_FINISHED:
         return [
             fieldpath.invalid(
                 path,

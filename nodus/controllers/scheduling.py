@@ -27,9 +27,9 @@ from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
-from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since, never_came
 from nodus.scheduler import cycle as cycles
 from nodus.scheduler import snapshot as snapshots
@@ -97,18 +97,20 @@ class SchedulerLoop:
         return sum(1 for o in outcomes[: len(result.bindings)] if o is True)
 
     def _pending(self) -> list[Object]:
+        """The Pending attempts to place, oldest first (as stored: the snapshot reads them)."""
         out = []
-        for attempt in self._attempts.items():
-            key = (attempt["metadata"]["namespace"], attempt["metadata"]["name"])
-            status, spec = attempt.get("status") or {}, attempt.get("spec") or {}
-            if status.get("phase", "Pending") != "Pending":
+        for obj in self._attempts.items():
+            attempt = objects.read(objects.Attempt, obj)
+            meta = attempt.metadata
+            key = (meta.namespace or "", meta.name)
+            if attempt.status.phase not in (None, "Pending"):
                 self._assumed.pop(key, None)
                 continue
-            if spec.get("stop") or attempt["metadata"].get("deletionTimestamp") or key in self._assumed:
+            if attempt.spec.stop is not None or meta.deletion_timestamp or key in self._assumed:
                 continue
-            out.append(attempt)
-        out.sort(key=lambda a: (a["metadata"].get("creationTimestamp") or "", a["metadata"]["name"]))
-        return out
+            out.append((meta.creation_timestamp or "", meta.name, obj))
+        out.sort(key=lambda entry: entry[:2])
+        return [obj for *_, obj in out]
 
     def snapshot(self, pending: list[Object] | None = None) -> snapshots.Snapshot:
         self.cycle += 1
@@ -127,17 +129,18 @@ class SchedulerLoop:
         """``work`` with ``gang_placed`` filled: the offerings of each gang epoch's placed, unfinished ranks."""
         wanted = {w.gang_key for w in work if w.gang_key is not None}
         placed: dict[snapshots.GangKey, list[str]] = {}
-        for attempt in self._attempts.items():
-            gang = snapshots.gang_key(attempt)
+        for obj in self._attempts.items():
+            gang = snapshots.gang_key(obj)
             if gang not in wanted:
                 continue
-            status = attempt.get("status") or {}
-            offering = (status.get("placement") or {}).get("offering")
-            assumed = self._assumed.get((attempt["metadata"]["namespace"], attempt["metadata"]["name"]))
+            attempt = objects.read(objects.Attempt, obj)
+            status = attempt.status
+            offering = status.placement.offering if status.placement is not None else None
+            assumed = self._assumed.get((attempt.metadata.namespace or "", attempt.metadata.name))
             if offering is None and assumed is not None:
                 offering = assumed.offering  # bound by this loop; the informer has not shown it yet
-            if offering and status.get("phase") not in TERMINAL:
-                placed.setdefault(gang, []).append(str(offering))
+            if offering and status.phase not in phases.ATTEMPT_FINISHED:
+                placed.setdefault(gang, []).append(offering)
         return [
             dataclasses.replace(w, gang_placed=tuple(sorted(placed.get(w.gang_key, ())))) if w.gang_key else w
             for w in work
@@ -150,7 +153,8 @@ class SchedulerLoop:
             return dataclasses.replace(host, unschedulable=True)  # about to be released (IdleHosts)
         if host.busy or host.warm_until is None:
             return host
-        if (node.get("status") or {}).get("idleSince") != idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name)):
+        shown = objects.read(objects.Node, node).status.idle_since
+        if shown != idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name)):
             # The warm window on the Node is from an earlier idle spell; the idle-host controller is about
             # to write this one's, and cannot release the host before it has.
             return dataclasses.replace(host, warm_until=None)
@@ -159,15 +163,15 @@ class SchedulerLoop:
     def _in_flight(self, now: Any) -> list[snapshots.Host]:
         """Placed attempts still waiting for a new Node: each holds one host of its offering."""
         out = []
-        for attempt in self._attempts.items():
-            status, spec = attempt.get("status") or {}, attempt.get("spec") or {}
-            placement = status.get("placement") or {}
-            if status.get("phase") != "Provisioning" or spec.get("node") or placement.get("node"):
+        for obj in self._attempts.items():
+            attempt = objects.read(objects.Attempt, obj)
+            placement = attempt.status.placement
+            if attempt.status.phase != "Provisioning" or attempt.spec.node or (placement and placement.node):
                 continue
             out.append(
                 snapshots.Host(
-                    name=f"(new host for {attempt['metadata']['name']})",
-                    offering=str(placement.get("offering")),
+                    name=f"(new host for {attempt.metadata.name})",
+                    offering=str(placement.offering if placement is not None else None),
                     phase="Booting",
                     busy=True,
                     unschedulable=True,
@@ -194,10 +198,10 @@ class SchedulerLoop:
         return True
 
     async def _unschedulable(self, attempt: Object, message: str) -> bool:
-        status = attempt.get("status") or {}
-        if status.get("reason") == "Unschedulable" and status.get("message") == message:
+        shown = objects.read(objects.Attempt, attempt).status
+        if shown.reason == "Unschedulable" and shown.message == message:
             return False
-        new = {**status, "reason": "Unschedulable", "message": message}
+        new = {**(attempt.get("status") or {}), "reason": "Unschedulable", "message": message}
         async with self._writes:
             await self._client.update(
                 "attempts", {**attempt, "status": new}, attempt["metadata"]["namespace"], subresource="status"

@@ -21,36 +21,34 @@ from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
-from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 
 NODE_INDEX = "node"
 RAN_ON_INDEX = "ran-on"
-USABLE_NODE_PHASES = frozenset({"Booting", "Ready"})
 REUSE_GRACE = timedelta(seconds=10)
 
 
-def nodes_of(attempt: Object) -> list[str]:
+def nodes_of(obj: Object) -> list[str]:
     """The nodes an attempt occupies or is about to: its assigned node and a warm node chosen for it."""
-    if (attempt.get("status") or {}).get("phase") in TERMINAL:
+    attempt = objects.read(objects.Attempt, obj)
+    if attempt.status.phase in phases.ATTEMPT_FINISHED:
         return []
-    names = {
-        (attempt.get("spec") or {}).get("node"),
-        ((attempt.get("status") or {}).get("placement") or {}).get("node"),
-    }
-    return sorted(n for n in names if isinstance(n, str) and n)
+    placement = attempt.status.placement
+    names = {attempt.spec.node, placement.node if placement is not None else None}
+    return sorted(n for n in names if n)
 
 
-def ran_on(attempt: Object) -> list[str]:
+def ran_on(obj: Object) -> list[str]:
     """The node an attempt was assigned to, whatever its phase."""
-    node = (attempt.get("spec") or {}).get("node")
-    return [node] if isinstance(node, str) and node else []
+    node = objects.read(objects.Attempt, obj).spec.node
+    return [node] if node else []
 
 
 def idle_since(node: Object, ran: list[Object]) -> str:
@@ -59,9 +57,9 @@ def idle_since(node: Object, ran: list[Object]) -> str:
     ``status.idleSince`` is written when a host goes idle and not cleared while it is busy (one write
     fewer per reuse), so a value older than this is left over from an earlier idle spell.
     """
-    ended = [str(t) for a in ran if (t := (a.get("status") or {}).get("finishTime"))]
-    status = node.get("status") or {}
-    start = str(status.get("readyTime") or node["metadata"].get("creationTimestamp") or "")
+    ended = [t for a in ran if (t := objects.read(objects.Attempt, a).status.finish_time)]
+    host = objects.read(objects.Node, node)
+    start = host.status.ready_time or host.metadata.creation_timestamp or ""
     return max([start, *ended])
 
 
@@ -73,9 +71,9 @@ def enqueue_gang(queue: WorkQueue[tuple[str | None, str]]) -> Handler:
         obj = new if new is not None else old
         if obj is None:
             return
-        namespace = obj["metadata"].get("namespace")
-        for member in ((obj.get("spec") or {}).get("gang") or {}).get("members") or []:
-            queue.add((namespace, str(member)))
+        attempt = objects.read(objects.Attempt, obj)
+        for member in attempt.spec.gang.members if attempt.spec.gang is not None else ():
+            queue.add((attempt.metadata.namespace, member))
 
     return handler
 
@@ -83,19 +81,21 @@ def enqueue_gang(queue: WorkQueue[tuple[str | None, str]]) -> Handler:
 def never_came(ran: list[Object]) -> bool:
     """A host still booting whose attempt was given up because the host did not come in time for its gang: it
     is released rather than kept warm, so that the gang's next assembly is not placed on it again."""
-    return any(((a.get("spec") or {}).get("stop") or {}).get("reason") in ASSEMBLY_REASONS for a in ran)
+    stops = (objects.read(objects.Attempt, a).spec.stop for a in ran)
+    return any(stop is not None and stop.reason in ASSEMBLY_REASONS for stop in stops)
 
 
-def node_for(offering: Object, provider: str, now: str, name: str | None = None) -> Object:
-    name = name or f"{offering['metadata']['name']}-{secrets.token_hex(3)}"
-    spec = offering.get("spec") or {}
-    capacity = {k: spec[k] for k in ("memory", "disk") if spec.get(k)}
-    capacity.update(gpus=int(spec.get("gpus") or 0), cpu=str(spec.get("vcpu", "")))
+def node_for(offering: objects.Offering, provider: str, now: str, name: str | None = None) -> Object:
+    """A new Node (in phase Booting) of ``offering``'s shape, to be created; named ``name`` or at random."""
+    offering_name = offering.metadata.name
+    name = name or f"{offering_name}-{secrets.token_hex(3)}"
+    shape = offering.spec
+    capacity: Object = {"memory": shape.memory, "disk": shape.disk, "gpus": shape.gpus, "cpu": str(shape.vcpu)}
     return {
         "apiVersion": "nodus.dev/v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"nodus.dev/offering": offering["metadata"]["name"]}},
-        "spec": {"offering": offering["metadata"]["name"], "provider": provider},
+        "metadata": {"name": name, "labels": {labels.OFFERING: offering_name}},
+        "spec": {"offering": offering_name, "provider": provider},
         "status": {
             "phase": "Booting",
             "bootTime": now,
@@ -124,30 +124,32 @@ class AttemptProvisioner:
         self._provider = provider
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
-        attempt = self._attempts.get(*key)
-        if attempt is None:
+        obj = self._attempts.get(*key)
+        if obj is None:
             return None
-        spec, status = attempt.get("spec") or {}, attempt.get("status") or {}
-        placement = status.get("placement") or {}
+        attempt = objects.read(objects.Attempt, obj)
+        spec, status = attempt.spec, attempt.status
+        placement = status.placement
         if (
-            status.get("phase") != "Provisioning"
-            or spec.get("node")
-            or spec.get("stop")
-            or not placement.get("offering")
+            status.phase != "Provisioning"
+            or spec.node
+            or spec.stop is not None
+            or placement is None
+            or not placement.offering
             # No capacity before its hold: the billing controller funds the attempt first (ADR 0017).
-            or not (status.get("cost") or {}).get("fundedUntilTime")
+            or not _funded(attempt)
         ):
             return None
         if not self._gang_funded(attempt):
             # A gang's hosts come up together: none is billed while another rank waits for its hold. The last
             # rank's hold brings every rank back (``enqueue_gang``).
             return None
-        node_name = placement.get("node")
+        node_name = placement.node
         if not node_name or not self._free(node_name, attempt):
-            offering = self._offerings.get(None, placement["offering"])
+            offering = self._offerings.get(None, placement.offering)
             if offering is None:
-                raise RuntimeError(f"offering {placement['offering']} is gone")
-            node_name = await self._new_node(offering, attempt)
+                raise RuntimeError(f"offering {placement.offering} is gone")
+            node_name = await self._new_node(objects.read(objects.Offering, offering), attempt)
         # Billing starts when capacity is assigned (not when the attempt was placed: it may have waited for
         # its hold since). The time is written first and the node second: billing needs both, so a
         # controller killed between the two writes leaves an attempt that bills nothing yet, and the retry
@@ -155,59 +157,60 @@ class AttemptProvisioner:
         # time, billed from scheduledTime, waiting for the hold included.)
         # Both writes are conditional on the attempt as read, so a stop asked for meanwhile is never missed.
         started = {
-            "metadata": {"resourceVersion": attempt["metadata"]["resourceVersion"]},
+            "metadata": {"resourceVersion": attempt.metadata.resource_version},
             "status": {"provisioningTime": units.format_time(units.now())},
         }
-        namespace = attempt["metadata"]["namespace"]
+        namespace = attempt.metadata.namespace
         written = await self._client.patch("attempts", key[1], started, namespace, subresource="status")
         patch = {
             "metadata": {
                 "resourceVersion": written["metadata"]["resourceVersion"],
-                "labels": {"nodus.dev/node": node_name},
+                "labels": {labels.NODE: node_name},
             },
-            "spec": {"node": node_name, "offering": placement["offering"]},
+            "spec": {"node": node_name, "offering": placement.offering},
         }
         await self._client.patch("attempts", key[1], patch, namespace)
         return None
 
-    async def _new_node(self, offering: Object, attempt: Object) -> str:
+    async def _new_node(self, offering: objects.Offering, attempt: objects.Attempt) -> str:
         """A new host for ``attempt``, named after the attempt: a retry after a conflict (or a failover mid-way)
         finds the host it already created instead of booting another one."""
-        digest = hashlib.sha256(str(attempt["metadata"]["uid"]).encode()).hexdigest()[:6]
-        name = f"{offering['metadata']['name']}-{digest}"
+        digest = hashlib.sha256(attempt.metadata.uid.encode()).hexdigest()[:6]
+        name = f"{offering.metadata.name}-{digest}"
         now = units.format_time(units.now())
         try:
             created = await self._client.create("nodes", node_for(offering, self._provider, now, name))
             return str(created["metadata"]["name"])
         except errors.AlreadyExists:
             existing = self._nodes.get(None, name) or await self._client.get("nodes", name)
-            if (existing.get("status") or {}).get("phase") in USABLE_NODE_PHASES and self._free(name, attempt):
+            if objects.read(objects.Node, existing).status.phase in phases.NODE_USABLE and self._free(name, attempt):
                 return name
         created = await self._client.create("nodes", node_for(offering, self._provider, now))
         return str(created["metadata"]["name"])
 
-    def _gang_funded(self, attempt: Object) -> bool:
+    def _gang_funded(self, attempt: objects.Attempt) -> bool:
         """Every rank of the attempt's gang epoch is funded (a plain attempt: True)."""
-        members = ((attempt.get("spec") or {}).get("gang") or {}).get("members") or []
-        namespace = attempt["metadata"]["namespace"]
+        members = attempt.spec.gang.members if attempt.spec.gang is not None else ()
         for name in members:
-            member = self._attempts.get(namespace, name)
-            if member is None or not ((member.get("status") or {}).get("cost") or {}).get("fundedUntilTime"):
+            member = self._attempts.get(attempt.metadata.namespace, name)
+            if member is None or not _funded(objects.read(objects.Attempt, member)):
                 return False
         return True
 
-    def _free(self, node_name: str, attempt: Object) -> bool:
-        node = self._nodes.get(None, node_name)
-        if node is None or (node.get("status") or {}).get("phase") not in USABLE_NODE_PHASES:
+    def _free(self, node_name: str, attempt: objects.Attempt) -> bool:
+        obj = self._nodes.get(None, node_name)
+        if obj is None:
             return False
-        if (node.get("spec") or {}).get("unschedulable"):
+        node = objects.read(objects.Node, obj)
+        if node.status.phase not in phases.NODE_USABLE or node.spec.unschedulable:
             return False
-        others = [
-            a
-            for a in self._attempts.by_index(NODE_INDEX, node_name)
-            if a["metadata"]["uid"] != attempt["metadata"]["uid"]
-        ]
-        return not any((a.get("spec") or {}).get("node") == node_name for a in others)
+        others = (objects.read(objects.Attempt, a) for a in self._attempts.by_index(NODE_INDEX, node_name))
+        return not any(other.spec.node == node_name for other in others if other.metadata.uid != attempt.metadata.uid)
+
+
+def _funded(attempt: objects.Attempt) -> bool:
+    """Billing has funded the attempt: its hold shows a funded edge (``status.cost.fundedUntilTime``)."""
+    return attempt.status.cost is not None and bool(attempt.status.cost.funded_until_time)
 
 
 class IdleHosts:
@@ -220,46 +223,48 @@ class IdleHosts:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         name = key[1]
-        node = self._nodes.get(None, name)
-        if node is None:
+        obj = self._nodes.get(None, name)
+        if obj is None:
             return None
-        status = node.get("status") or {}
-        if (node.get("spec") or {}).get("provider") == "manual":
+        node = objects.read(objects.Node, obj)
+        status = node.status
+        if node.spec.provider == "manual":
             return None  # hosts started by hand are released by whoever started them
         if self._attempts.by_index(NODE_INDEX, name):
             return None  # in use; its idle window is written afresh when it next goes idle
-        if status.get("phase") == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
+        if status.phase == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
             await self._release(node, "AssemblyTimeout", "It did not come up in time for its gang; released.")
             return None
-        if status.get("phase") != "Ready":
+        if status.phase != "Ready":
             return None
         now = units.now()
-        since = idle_since(node, self._attempts.by_index(RAN_ON_INDEX, name))
-        if status.get("idleSince") != since:
+        since = idle_since(obj, self._attempts.by_index(RAN_ON_INDEX, name))
+        if status.idle_since != since:
             window = max(self._window(name), REUSE_GRACE)
             until = units.parse_time(since) + window
-            await self._status(node, {"idleSince": since, "warmUntil": units.format_time(until)})
+            await self._status(obj, {"idleSince": since, "warmUntil": units.format_time(until)})
             return Result(requeue_after=max((until - now).total_seconds(), 0.05))
-        until = units.parse_time(status.get("warmUntil") or since)
+        until = units.parse_time(status.warm_until or since)
         if now < until:
             return Result(requeue_after=max((until - now).total_seconds(), 0.05))
         await self._release(node, "ScaledDown", "Idle past its warm window.")
         return None
 
-    async def _release(self, node: Object, reason: str, message: str) -> None:
-        patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"unschedulable": True}}
-        node = await self._client.patch("nodes", node["metadata"]["name"], patch)
-        await self._status(node, {"phase": "Terminating", "reason": reason, "message": message})
+    async def _release(self, node: objects.Node, reason: str, message: str) -> None:
+        patch = {"metadata": {"resourceVersion": node.metadata.resource_version}, "spec": {"unschedulable": True}}
+        written = await self._client.patch("nodes", node.metadata.name, patch)
+        await self._status(written, {"phase": "Terminating", "reason": reason, "message": message})
 
     def _window(self, name: str) -> timedelta:
         """The scaledownWindow of the Job whose attempt ran here last (0s when it set none)."""
-        ran = self._attempts.by_index(RAN_ON_INDEX, name)
+        ran = [objects.read(objects.Attempt, a) for a in self._attempts.by_index(RAN_ON_INDEX, name)]
         if not ran:
             return timedelta(0)
-        last = max(ran, key=lambda a: str((a.get("status") or {}).get("finishTime") or ""))
-        return units.parse_duration((last.get("spec") or {}).get("scaledownWindow") or "0s")
+        last = max(ran, key=lambda a: a.status.finish_time or "")
+        return units.parse_duration(last.spec.scaledown_window or "0s")
 
     async def _status(self, node: Object, changes: Object) -> None:
+        """Write ``changes`` (None: remove) over ``node``'s status as stored, kept as JSON."""
         status = {**(node.get("status") or {}), **changes}
         status = {k: v for k, v in status.items() if v is not None}
         with contextlib.suppress(errors.NotFound):

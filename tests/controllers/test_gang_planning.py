@@ -6,6 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels
+from nodus.apis.v1.attempt import AttemptPlacement
 from nodus.controllers.jobs import gangreporting, gangs, planning
 from nodus.controllers.jobs.gangplanning import TimeScales
 from tests.controllers.test_job_planning import NOW, make_job, names
@@ -42,7 +44,12 @@ def rank(number: int, r: int, phase: str, size: int = 2, **status: Any) -> Objec
             "rank": r,
             "job": "train",
             "jobUID": "job-uid",
-            "gang": {"size": size, "epoch": number, "members": [f"train-0-{number}-r{i}" for i in range(size)]},
+            "gang": {
+                "size": size,
+                "epoch": number,
+                "gpusPerNode": 1,
+                "members": [f"train-0-{number}-r{i}" for i in range(size)],
+            },
             **({"node": f"n{number}{r}"} if phase != "Pending" else {}),
         },
         "status": {"phase": phase, **base, **status},
@@ -65,7 +72,7 @@ def test_an_admitted_gang_creates_one_attempt_per_rank_with_its_peers() -> None:
     assert member["spec"]["gang"]["members"] == names(decided.create)
     assert member["spec"]["gang"]["launcher"] == "Torchrun"
     assert member["spec"]["resources"]["gpu"]["count"] == 1
-    assert member["metadata"]["labels"][gangs.EPOCH_LABEL] == "1"
+    assert member["metadata"]["labels"][labels.GANG_EPOCH] == "1"
     assert decided.status["gang"]["phase"] == "Queued"
 
 
@@ -198,8 +205,9 @@ def test_rank_zero_of_a_ray_gang_ends_it() -> None:
 def test_transport_direct_refuses_a_public_path() -> None:
     a = {"offering": "x", "provider": "sim", "region": "us-east"}
     b = {"offering": "y", "provider": "other", "region": "us-east"}
-    assert gangreporting.path_between(a, b) == "Public"
-    assert gangreporting.path_between(a, {**b, "provider": "sim", "region": "us-west"}) == "Direct"
+    placed = AttemptPlacement.model_validate
+    assert gangreporting.path_between(placed(a), placed(b)) == "Public"
+    assert gangreporting.path_between(placed(a), placed({**b, "provider": "sim", "region": "us-west"})) == "Direct"
     first, second = rank(1, 0, "Provisioning"), rank(1, 1, "Provisioning")
     first["status"]["placement"] = a
     second["status"]["placement"] = b

@@ -18,30 +18,33 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Final
 
 from nodus.apimachinery import units
-from nodus.controllers.jobs.gangs import Epoch, rank_of
-from nodus.controllers.jobs.slots import is_live, phase
+from nodus.apis.v1 import objects
+from nodus.apis.v1.attempt import AttemptPlacement
+from nodus.apis.v1.attemptgang import AttemptGangStatus, MeshProbe
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.controllers.jobs.gangs import Epoch, is_live, phase_of, rank_of
 from nodus.scheduler.gangs import PathClass, admits, located_path
 
 Object = dict[str, Any]
 
 # The weakest path wins: a gang is as fast as its slowest pair.
-PATH_ORDER = ("Private", "Direct", "Public", "Relayed")
+PATH_ORDER: Final = ("Private", "Direct", "Public", "Relayed")
 # "auto" for a gang: the agents cannot measure a collective save's cost, so a fixed cadence (ADR 0025).
-AUTO_GANG_INTERVAL = timedelta(minutes=30)
+AUTO_GANG_INTERVAL: Final = timedelta(minutes=30)
+# What a rank without a placement or without a gang report reads as.
+_UNPLACED: Final = AttemptPlacement()
+_NO_GANG: Final = AttemptGangStatus()
 
 
-def path_between(a: Object, b: Object) -> PathClass:
+def path_between(a: AttemptPlacement, b: AttemptPlacement) -> PathClass:
     """The path class between two members' placements (``status.placement``: provider and region), by the
     scheduler's rule (``nodus.scheduler.gangs.located_path``); one offering is one place even without them."""
-    if a.get("offering") == b.get("offering") and a.get("offering"):
+    if a.offering == b.offering and a.offering:
         return "Private"
-    return located_path(
-        (str(a.get("provider") or ""), str(a.get("region") or "")),
-        (str(b.get("provider") or ""), str(b.get("region") or "")),
-    )
+    return located_path((a.provider or "", a.region or ""), (b.provider or "", b.region or ""))
 
 
 def weakest(paths: list[str]) -> str | None:
@@ -50,15 +53,14 @@ def weakest(paths: list[str]) -> str | None:
 
 def member_paths(epoch: Epoch) -> dict[int, str]:
     """Each placed rank's path to rank 0 (the rendezvous)."""
-    placements = {rank_of(a): (a.get("status") or {}).get("placement") or {} for a in epoch.members}
-    head = placements.get(0) or {}
-    return {rank: path_between(head, p) for rank, p in placements.items() if p.get("offering") and head.get("offering")}
+    placements = {rank_of(a): _placement(a) for a in epoch.members}
+    head = placements.get(0) or _UNPLACED
+    return {rank: path_between(head, p) for rank, p in placements.items() if p.offering and head.offering}
 
 
 def refused_path(epoch: Epoch, transport: str) -> str | None:
     """A message when the epoch's placements would mesh over a path ``transport`` does not admit."""
-    placements = [((a.get("status") or {}).get("placement") or {}, rank_of(a)) for a in epoch.members]
-    placed = [(p, r) for p, r in placements if p.get("offering")]
+    placed = [(_placement(a), rank_of(a)) for a in epoch.members if _placement(a).offering]
     for i, (a, ra) in enumerate(placed):
         for b, rb in placed[i + 1 :]:
             path = path_between(a, b)
@@ -71,17 +73,17 @@ def refused_path(epoch: Epoch, transport: str) -> str | None:
 
 
 def report(status: Object, epoch: Epoch | None, epochs: list[Epoch], gang_phase: str) -> None:
-    """Write ``status.gang`` for the current ``epoch`` (None: nothing created yet)."""
+    """Write ``status.gang`` (of the status being built) for the current ``epoch`` (None: nothing created yet)."""
     if epoch is None:
         status["gang"] = {"phase": gang_phase, "epoch": 0, "restarts": 0}
         return
     paths = member_paths(epoch)
     members = []
     for attempt in epoch.members:
-        placement = (attempt.get("status") or {}).get("placement") or {}
-        member: Object = {"rank": rank_of(attempt), "attempt": attempt["metadata"]["name"], "phase": phase(attempt)}
-        if placement.get("offering"):
-            member.update(offering=placement["offering"], regionClass=placement.get("regionClass"))
+        placement = _placement(attempt)
+        member: Object = {"rank": rank_of(attempt), "attempt": attempt.metadata.name, "phase": phase_of(attempt)}
+        if placement.offering:
+            member.update(offering=placement.offering, regionClass=placement.region_class)
         if rank_of(attempt) in paths:
             member["path"] = paths[rank_of(attempt)]
         members.append({k: v for k, v in member.items() if v is not None})
@@ -90,11 +92,11 @@ def report(status: Object, epoch: Epoch | None, epochs: list[Epoch], gang_phase:
         "epoch": epoch.number,
         "size": epoch.size,
         "members": members,
-        "ready": sum(1 for a in epoch.members if _gang(a).get("probedTime") and (is_live(a) or _started(a))),
+        "ready": sum(1 for a in epoch.members if _gang(a).probed_time and (is_live(a) or a.status.start_time)),
         "started": epoch.started,
         "restarts": restarts(epochs),
     }
-    rendezvous = _gang(epoch.members[0]).get("rendezvous")
+    rendezvous = _gang(epoch.members[0]).rendezvous
     if rendezvous:
         gang["rendezvous"] = rendezvous
     probe = _probe(epoch, weakest(list(paths.values())))
@@ -111,16 +113,14 @@ def restarts(epochs: list[Epoch]) -> int:
 
 
 def _probe(epoch: Epoch, path: str | None) -> Object | None:
-    measured = [p for a in epoch.members if (p := _gang(a).get("probe"))]
+    measured: list[MeshProbe] = [p for a in epoch.members if (p := _gang(a).probe) is not None]
     if len(measured) < epoch.size or path is None:
         return None
-    rtts = [_number(p.get("rttMs")) for p in measured]
-    bandwidths = [_number(p.get("busGbps")) for p in measured]
     return {
-        "rttMs": str(max(rtts)),
-        "busGbps": str(min(bandwidths)),
+        "rttMs": str(max(_number(p.rtt_ms) for p in measured)),
+        "busGbps": str(min(_number(p.bus_gbps) for p in measured)),
         "path": path,
-        "measuredTime": max(str(p.get("measuredTime") or "") for p in measured) or None,
+        "measuredTime": max(p.measured_time or "" for p in measured) or None,
     }
 
 
@@ -130,13 +130,13 @@ def latest_checkpoint(epochs: list[Epoch]) -> list[Object] | None:
     for epoch in epochs:
         by_request: dict[str, dict[int, Object]] = {}
         for attempt in epoch.members:
-            for shard in _gang(attempt).get("shards") or []:
-                by_request.setdefault(str(shard["request"]), {})[rank_of(attempt)] = {
+            for shard in _gang(attempt).shards or ():
+                by_request.setdefault(shard.request, {})[rank_of(attempt)] = {
                     "rank": rank_of(attempt),
-                    "attempt": attempt["metadata"]["name"],
-                    "manifest": shard["manifest"],
-                    "seq": int(shard["seq"]),
-                    **({"size": int(shard["size"])} if shard.get("size") is not None else {}),
+                    "attempt": attempt.metadata.name,
+                    "manifest": shard.manifest,
+                    "seq": shard.seq,
+                    **({"size": shard.size} if shard.size is not None else {}),
                 }
         for request, shards in by_request.items():
             if len(shards) == epoch.size and (best is None or request > best[0]):
@@ -144,28 +144,28 @@ def latest_checkpoint(epochs: list[Epoch]) -> list[Object] | None:
     return best[1] if best is not None else None
 
 
-def checkpoint_due(epoch: Epoch, spec: Object, now: datetime, time_scale: float = 1.0) -> datetime | None:
+def checkpoint_due(epoch: Epoch, spec: JobSpec, now: datetime, time_scale: float = 1.0) -> datetime | None:
     """When the next gang checkpoint should be requested (None: not a Checkpointed gang that runs)."""
-    recovery = spec.get("recovery") or {}
-    if (recovery.get("continuity") or "Checkpointed") != "Checkpointed" or not epoch.assembled:
+    recovery = spec.recovery
+    if recovery.continuity != "Checkpointed" or not epoch.assembled:
         return None
-    text = str((recovery.get("checkpoint") or {}).get("interval") or "auto")
+    text = recovery.checkpoint.interval
     interval = AUTO_GANG_INTERVAL if text == "auto" else units.parse_duration(text)
-    asked = [units.time_or_none((a.get("spec") or {}).get("checkpointRequest")) for a in epoch.live]
-    starts = [units.time_or_none((a.get("status") or {}).get("startTime")) for a in epoch.members]
+    asked = [units.time_or_none(a.spec.checkpoint_request) for a in epoch.live]
+    starts = [units.time_or_none(a.status.start_time) for a in epoch.members]
     since = max([t for t in asked + starts if t is not None], default=now)
     return since + timedelta(seconds=interval.total_seconds() * time_scale)
 
 
-def _gang(attempt: Object) -> Object:
-    return dict((attempt.get("status") or {}).get("gang") or {})
+def _placement(attempt: objects.Attempt) -> AttemptPlacement:
+    return attempt.status.placement or _UNPLACED
 
 
-def _started(attempt: Object) -> bool:
-    return bool((attempt.get("status") or {}).get("startTime"))
+def _gang(attempt: objects.Attempt) -> AttemptGangStatus:
+    return attempt.status.gang or _NO_GANG
 
 
-def _number(text: object) -> Decimal:
+def _number(text: str | None) -> Decimal:
     try:
         return Decimal(str(text))
     except InvalidOperation:

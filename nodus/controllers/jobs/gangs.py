@@ -21,52 +21,76 @@ every rank of the previous one has ended, so two epochs never share a rendezvous
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from nodus.apimachinery import topology, units
-from nodus.controllers.jobs.slots import TERMINAL, is_live, number_of, phase
+from nodus.apis.v1 import labels, objects, phases
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.phases import AttemptPhase
+from nodus.controllers.jobs import views
 
 Object = dict[str, Any]
 
-EPOCH_LABEL = "nodus.dev/gang-epoch"
-ASSEMBLY_REASONS = frozenset({"AssemblyTimeout", "AssemblyFailed"})
+ASSEMBLY_REASONS: Final = frozenset({"AssemblyTimeout", "AssemblyFailed"})
 # Launchers whose other ranks serve rank 0 until it is done (a Ray cluster): they are stopped when it succeeds.
-HEAD_LED = frozenset({"Ray", "Verl"})
-DEFAULT_STARTUP_TIMEOUT = "15m"
+HEAD_LED: Final = frozenset({"Ray", "Verl"})
 
 
-def is_gang(spec: Object) -> bool:
-    return isinstance(spec.get("distributed"), dict)
+def is_gang(spec: JobSpec | Object) -> bool:
+    return views.job_spec(spec).distributed is not None
 
 
-def rank_of(attempt: Object) -> int:
-    return int((attempt.get("spec") or {}).get("rank") or 0)
+def phase_of(attempt: objects.Attempt) -> AttemptPhase:
+    """The attempt's phase: Pending until one is reported."""
+    return attempt.status.phase or "Pending"
+
+
+def is_live(attempt: objects.Attempt) -> bool:
+    return phase_of(attempt) not in phases.ATTEMPT_FINISHED
+
+
+def rank_of(attempt: objects.Attempt) -> int:
+    return attempt.spec.rank or 0
 
 
 @dataclass
 class Epoch:
-    """The rank attempts of one gang start, by rank."""
+    """The rank attempts of one gang start: their views by rank, and the stored objects by name (what stops and
+    patches are addressed to)."""
 
     number: int
-    members: list[Object]
+    members: list[objects.Attempt]
+    stored: dict[str, Object]
+
+    def stored_of(self, attempt: objects.Attempt) -> Object:
+        """The stored object of a member, as the reconciler writes to it (its resourceVersion included)."""
+        return self.stored[attempt.metadata.name]
 
     @property
     def size(self) -> int:
-        return int(((self.members[0].get("spec") or {}).get("gang") or {}).get("size") or len(self.members))
+        gang = self.members[0].spec.gang
+        return gang.size if gang is not None else len(self.members)
 
     @property
-    def live(self) -> list[Object]:
+    def live(self) -> list[objects.Attempt]:
         return [a for a in self.members if is_live(a)]
 
-    def count(self, key: str) -> int:
-        """How many ranks reported ``status.gang.<key>`` (``registeredTime``, ``probedTime``)."""
-        return sum(1 for a in self.members if ((a.get("status") or {}).get("gang") or {}).get(key))
+    @property
+    def registered(self) -> int:
+        """How many ranks registered their mesh endpoint (``status.gang.registeredTime``)."""
+        return sum(1 for a in self.members if a.status.gang is not None and a.status.gang.registered_time)
+
+    @property
+    def probed(self) -> int:
+        """How many ranks finished probing their peers (``status.gang.probedTime``)."""
+        return sum(1 for a in self.members if a.status.gang is not None and a.status.gang.probed_time)
 
     @property
     def started(self) -> int:
-        return sum(1 for a in self.members if (a.get("status") or {}).get("startTime"))
+        return sum(1 for a in self.members if a.status.start_time)
 
     @property
     def assembled(self) -> bool:
@@ -76,89 +100,87 @@ class Epoch:
     def provisioned_at(self) -> datetime | None:
         """When the gang's hosts were assigned (every rank funded, ``provisioningTime``): the assembly clock
         starts then, as billing does; waiting for capacity or for funds is not assembly."""
-        times = [t for a in self.members if (t := units.time_or_none((a.get("status") or {}).get("provisioningTime")))]
+        times = [t for a in self.members if (t := units.time_or_none(a.status.provisioning_time))]
         return min(times, default=None)
 
     def stopping_for(self) -> str | None:
         """The reason the controller gave when it stopped this epoch (the same on every rank), if it did."""
-        for attempt in self.members:
-            reason = ((attempt.get("spec") or {}).get("stop") or {}).get("reason")
-            if reason:
-                return str(reason)
-        return None
+        return next((a.spec.stop.reason for a in self.members if a.spec.stop is not None), None)
 
-    def outcome(self) -> tuple[str, str, str] | None:
+    def outcome(self) -> tuple[AttemptPhase, str, str] | None:
         """(phase, reason, message) once the epoch is over for the Job; None while it is still the gang's run."""
         ended = [a for a in self.members if not is_live(a)]
         if not ended:
             return None
         stopped_for = self.stopping_for()
-        lost = [a for a in ended if phase(a) == "Lost"]
-        failed = [a for a in ended if phase(a) == "Failed"]
-        if stopped_for in ASSEMBLY_REASONS:
+        lost = [a for a in ended if phase_of(a) == "Lost"]
+        failed = [a for a in ended if phase_of(a) == "Failed"]
+        if stopped_for is not None and stopped_for in ASSEMBLY_REASONS:
             return "Stopped", stopped_for, _missing_message(self)
         if lost and not self.assembled:
             return "Stopped", "AssemblyFailed", _end_message(lost[0], "was lost before the gang assembled")
         if lost:
-            return "Lost", _reason(lost[0], "NodeLost"), _end_message(lost[0], "lost its capacity")
+            return "Lost", lost[0].status.reason or "NodeLost", _end_message(lost[0], "lost its capacity")
         if failed:
-            return "Failed", _reason(failed[0], "Error"), _end_message(failed[0], "failed")
+            return "Failed", failed[0].status.reason or "Error", _end_message(failed[0], "failed")
         rank0 = next((a for a in self.members if rank_of(a) == 0), None)
-        if rank0 is not None and phase(rank0) == "Succeeded":
+        if rank0 is not None and phase_of(rank0) == "Succeeded":
             # Done once every rank has ended too (a Ray-led gang's workers are stopped by ``gangplanning.settle``).
-            done = all(phase(a) in TERMINAL for a in self.members)
+            done = all(phase_of(a) in phases.ATTEMPT_FINISHED for a in self.members)
             return ("Succeeded", "Completed", "Rank 0 succeeded.") if done else None
-        stopped = [a for a in ended if phase(a) == "Stopped"]
+        stopped = [a for a in ended if phase_of(a) == "Stopped"]
         if stopped:
-            return "Stopped", stopped_for or _reason(stopped[0], "Stopped"), _end_message(stopped[0], "was stopped")
+            reason = stopped_for or stopped[0].status.reason or "Stopped"
+            return "Stopped", reason, _end_message(stopped[0], "was stopped")
         return None
 
 
-def epochs_of(attempts: list[Object]) -> list[Epoch]:
-    """The epochs of the Job's slot, oldest first; members by rank."""
-    by_number: dict[int, list[Object]] = {}
-    for attempt in attempts:
-        by_number.setdefault(number_of(attempt), []).append(attempt)
-    return [Epoch(n, sorted(members, key=rank_of)) for n, members in sorted(by_number.items())]
+def epochs_of(attempts: Sequence[Object]) -> list[Epoch]:
+    """The epochs of the Job's slot (its stored rank attempts), oldest first; members by rank."""
+    by_number: dict[int, list[objects.Attempt]] = {}
+    stored: dict[int, dict[str, Object]] = {}
+    for obj in attempts:
+        attempt = views.attempt(obj)
+        by_number.setdefault(attempt.spec.number, []).append(attempt)
+        stored.setdefault(attempt.spec.number, {})[attempt.metadata.name] = obj
+    return [Epoch(n, sorted(members, key=rank_of), stored[n]) for n, members in sorted(by_number.items())]
 
 
-def representatives(attempts: list[Object]) -> list[Object]:
+def representatives(attempts: Sequence[Object]) -> list[Object]:
     """One attempt-shaped object per epoch, as ``Slots`` reads attempts: ``spec`` (index, number) and ``status``
     (phase, reason, message, times, placement and rank 0's checkpoint and cursor)."""
     out = []
     for epoch in epochs_of(attempts):
-        rank0 = epoch.members[0]
-        status = dict(rank0.get("status") or {})
+        rank0 = epoch.stored_of(epoch.members[0])
+        status = dict(rank0.get("status") or {})  # rank 0's report, the epoch's own fields written over it
         ended = epoch.outcome()
-        starts = [s for a in epoch.members if (s := (a.get("status") or {}).get("startTime"))]
+        starts = [s for a in epoch.members if (s := a.status.start_time)]
         status["startTime"] = max(starts) if epoch.assembled else None
         if ended is None:
-            phases = {phase(a) for a in epoch.live}
-            status["phase"] = "Running" if epoch.assembled else _assembling_phase(phases)
+            running = {phase_of(a) for a in epoch.live}
+            status["phase"] = "Running" if epoch.assembled else _assembling_phase(running)
             status.pop("finishTime", None)
         else:
             status["phase"], status["reason"], status["message"] = ended
-            finishes = [f for a in epoch.members if (f := (a.get("status") or {}).get("finishTime"))]
+            finishes = [f for a in epoch.members if (f := a.status.finish_time)]
             status["finishTime"] = max(finishes, default=None)
+        # Not a stored version of any object: without rank 0's resourceVersion, a view of it is never mistaken
+        # for rank 0's own (``objects.read`` caches by uid and resourceVersion).
+        meta = {k: v for k, v in rank0["metadata"].items() if k != "resourceVersion"}
         out.append(
             {
-                # Not rank 0's resourceVersion: a typed view of this object must not be rank 0's cached one.
-                "metadata": {**_unversioned(rank0["metadata"]), "name": _epoch_name(rank0)},
-                "spec": {**(rank0.get("spec") or {}), "stop": None},
+                "metadata": {**meta, "name": _epoch_name(epoch.members[0])},
+                "spec": {**rank0["spec"], "stop": None},
                 "status": {k: v for k, v in status.items() if v is not None},
             }
         )
     return out
 
 
-def _unversioned(meta: Object) -> Object:
-    return {key: value for key, value in meta.items() if key != "resourceVersion"}
-
-
-def assembly_failures(attempts: list[Object]) -> int:
+def assembly_failures(epochs: list[Epoch]) -> int:
     """Consecutive epochs, newest first, that never assembled."""
     count = 0
-    for epoch in reversed(epochs_of(attempts)):
+    for epoch in reversed(epochs):
         ended = epoch.outcome()
         if ended is None or ended[1] not in ASSEMBLY_REASONS:
             break
@@ -166,22 +188,22 @@ def assembly_failures(attempts: list[Object]) -> int:
     return count
 
 
-def assembly_deadline(epoch: Epoch, spec: Object, time_scale: float = 1.0) -> datetime | None:
+def assembly_deadline(epoch: Epoch, spec: JobSpec, time_scale: float = 1.0) -> datetime | None:
     """When the epoch's assembly times out: ``startupTimeout`` (times the test scale) after its hosts were assigned."""
     placed = epoch.provisioned_at()
-    if placed is None or epoch.assembled:
+    if placed is None or epoch.assembled or spec.distributed is None:
         return None
-    timeout = units.parse_duration(
-        str((spec.get("distributed") or {}).get("startupTimeout") or DEFAULT_STARTUP_TIMEOUT)
-    )
+    timeout = units.parse_duration(spec.distributed.startup_timeout)
     return placed + timedelta(seconds=timeout.total_seconds() * time_scale)
 
 
 def members_for(base: Object, spec: Object, number: int) -> list[Object]:
-    """The rank attempts of epoch ``number``, from the attempt ``attempts.attempt_for`` made for the slot."""
-    distributed = spec["distributed"]
+    """The rank attempts of epoch ``number``, from the attempt ``attempts.attempt_for`` made for the slot (``base``,
+    being built) and the Job's stored ``spec`` (``topology`` reads its JSON)."""
+    distributed = views.job_spec(spec).distributed
+    assert distributed is not None, "members_for is called for distributed Jobs only"
     resolved = topology.shape_of(spec)
-    size = resolved[0].nodes if resolved is not None else int(distributed.get("nodes") or 2)
+    size = resolved[0].nodes if resolved is not None else distributed.nodes or 2
     gpus_per_node = resolved[0].gpus_per_node if resolved is not None else 0
     meta = base["metadata"]
     names = [f"{meta['name']}-r{rank}" for rank in range(size)]
@@ -189,10 +211,10 @@ def members_for(base: Object, spec: Object, number: int) -> list[Object]:
         "size": size,
         "epoch": number,
         "gpusPerNode": gpus_per_node,
-        "launcher": distributed.get("launcher") or "Plain",
-        "network": distributed.get("network") or "Colocated",
-        "transport": distributed.get("transport") or "Direct",
-        "startupTimeout": distributed.get("startupTimeout") or DEFAULT_STARTUP_TIMEOUT,
+        "launcher": distributed.launcher,
+        "network": distributed.network,
+        "transport": distributed.transport,
+        "startupTimeout": distributed.startup_timeout,
         "members": names,
     }
     resources = topology.member_resources(spec)
@@ -201,32 +223,28 @@ def members_for(base: Object, spec: Object, number: int) -> list[Object]:
         member_spec = {**base["spec"], "rank": rank, "gang": gang}
         if resources is not None:
             member_spec["resources"] = resources
-        labels = {**meta.get("labels", {}), EPOCH_LABEL: str(number)}
-        out.append({**base, "metadata": {**meta, "name": name, "labels": labels}, "spec": member_spec})
+        member_labels = {**meta.get("labels", {}), labels.GANG_EPOCH: str(number)}
+        out.append({**base, "metadata": {**meta, "name": name, "labels": member_labels}, "spec": member_spec})
     return out
 
 
-def _assembling_phase(phases: set[str]) -> str:
+def _assembling_phase(live: set[AttemptPhase]) -> AttemptPhase:
     for candidate in ("Starting", "Provisioning"):
-        if candidate in phases:
+        if candidate in live:
             return candidate
     return "Pending"
 
 
-def _epoch_name(rank0: Object) -> str:
-    name = str(rank0["metadata"]["name"])
+def _epoch_name(rank0: objects.Attempt) -> str:
+    name = rank0.metadata.name
     return name.rsplit("-r", 1)[0] if "-r" in name else name
 
 
-def _reason(attempt: Object, default: str) -> str:
-    return str((attempt.get("status") or {}).get("reason") or default)
-
-
-def _end_message(attempt: Object, what: str) -> str:
-    status = attempt.get("status") or {}
-    detail = str(status.get("message") or status.get("reason") or "").strip()
-    where = (status.get("placement") or {}).get("offering")
-    text = f"Rank {rank_of(attempt)} ({attempt['metadata']['name']}{f' on {where}' if where else ''}) {what}"
+def _end_message(attempt: objects.Attempt, what: str) -> str:
+    status = attempt.status
+    detail = (status.message or status.reason or "").strip()
+    where = status.placement.offering if status.placement is not None else None
+    text = f"Rank {rank_of(attempt)} ({attempt.metadata.name}{f' on {where}' if where else ''}) {what}"
     return f"{text}: {detail}" if detail else f"{text}."
 
 
@@ -234,22 +252,22 @@ def _missing_message(epoch: Epoch) -> str:
     """Which ranks never came, and how far each got."""
     missing = []
     for attempt in epoch.members:
-        status = attempt.get("status") or {}
-        gang = status.get("gang") or {}
-        if status.get("startTime"):
+        status = attempt.status
+        if status.start_time:
             continue
-        offering = (status.get("placement") or {}).get("offering")
+        offering = status.placement.offering if status.placement is not None else None
         where = f" on {offering}" if offering else ""
-        if gang.get("failure"):
-            how = f"could not mesh: {gang['failure']}"
-        elif gang.get("probedTime"):
+        gang = status.gang
+        if gang is not None and gang.failure:
+            how = f"could not mesh: {gang.failure}"
+        elif gang is not None and gang.probed_time:
             how = "meshed but did not start"
-        elif gang.get("registeredTime"):
+        elif gang is not None and gang.registered_time:
             how = "registered but did not finish probing its peers"
-        elif (attempt.get("spec") or {}).get("node"):
+        elif attempt.spec.node:
             how = "its host never registered"
         else:
             how = "was never given a host"
-        missing.append(f"rank {rank_of(attempt)} ({attempt['metadata']['name']}{where}) {how}")
+        missing.append(f"rank {rank_of(attempt)} ({attempt.metadata.name}{where}) {how}")
     never = "; ".join(missing) or "every rank started"
     return f"The gang did not assemble within its startupTimeout: {never}."

@@ -27,193 +27,206 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Final
 
 from nodus.apimachinery import money, units
-from nodus.controllers.jobs import recovering
-from nodus.controllers.jobs.slots import Slots, index_of, phase
+from nodus.apis.v1 import objects, phases
+from nodus.apis.v1.attempt import AttemptStatus
+from nodus.apis.v1.jobcost import Cost
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.jobstatus import JobStatus, OutputStatus
+from nodus.controllers.jobs import recovering, views
+from nodus.controllers.jobs.slots import Slots
 
 Object = dict[str, Any]
-DEFAULT_SOURCE_PATH = "/workspace"
+DEFAULT_SOURCE_PATH: Final = "/workspace"
 
 
-def collect(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
-    """Fold what the attempts reported into the Job's ``status`` (in place)."""
-    attempts = sorted((a for s in slots.by_index.values() for a in s.attempts), key=_started)
-    _outputs(status, attempts)
-    _storage(status, recovering.retained_bytes(slots, spec, status, now))
-    _inputs(status, attempts)
-    _source(status, spec, attempts)
-    _progress(status, attempts, now)
-    _volumes(status, attempts)
-    _cost(status, spec, attempts)
+def collect(status: Object, spec: JobSpec | Object, slots: Slots, now: datetime) -> None:
+    """Fold what the attempts reported into the Job's ``status`` (the one being built, in place)."""
+    job_spec = views.job_spec(spec)
+    # What the status held when handed over (as stored, plus planning's counts): each step below writes
+    # fields that no later step reads back from it.
+    shown = views.job_status(status)
+    attempts = sorted(views.attempts(a for s in slots.by_index.values() for a in s.attempts), key=_started)
+    output_bytes = _outputs(status, shown, attempts)
+    _storage(status, shown, output_bytes + recovering.retained_bytes(slots, job_spec, status, now))
+    _inputs(status, shown, attempts)
+    _source(status, shown, job_spec, attempts)
+    _progress(status, shown, attempts, now)
+    _volumes(status, shown, attempts)
+    _cost(status, shown, job_spec, attempts)
 
 
-def pinned_source(spec: Object, status: Object) -> Object | None:
+def pinned_source(spec: JobSpec | Object, status: JobStatus | Object) -> Object | None:
     """The ``source`` an Attempt gets: the git ref resolved to the pinned commit once there is one."""
-    source = spec.get("source") or {}
-    path = (source.get("git") or {}).get("path") or spec.get("workingDir") or DEFAULT_SOURCE_PATH
-    if isinstance(git := source.get("git"), dict):
-        commit = (status.get("source") or {}).get("commit")
-        return {"git": {"repo": git["repo"], "ref": commit or git.get("ref") or ""}, "path": path}
-    if source.get("blob"):
-        return {"blob": source["blob"], "path": spec.get("workingDir") or DEFAULT_SOURCE_PATH}
+    job_spec, job_status = views.job_spec(spec), views.job_status(status)
+    source, working_dir = job_spec.source, job_spec.working_dir or DEFAULT_SOURCE_PATH
+    if source is None:
+        return None
+    if source.git is not None:
+        commit = job_status.source.commit if job_status.source is not None else None
+        git = {"repo": source.git.repo, "ref": commit or source.git.ref or ""}
+        return {"git": git, "path": source.git.path or working_dir}
+    if source.blob:
+        return {"blob": source.blob, "path": working_dir}
     return None
 
 
-def _started(attempt: Object) -> tuple[str, str]:
-    meta = attempt.get("metadata") or {}
-    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+def _started(attempt: objects.Attempt) -> tuple[str, str]:
+    return (attempt.metadata.creation_timestamp or "", attempt.metadata.name)
 
 
-def _outputs(status: Object, attempts: list[Object]) -> None:
-    outputs: list[Object] = []
+def _succeeded(attempt: objects.Attempt) -> bool:
+    return attempt.status.phase == "Succeeded"
+
+
+def _outputs(status: Object, shown: JobStatus, attempts: list[objects.Attempt]) -> int:
+    """Write the committed outputs (when an attempt succeeded); their bytes, or those of the outputs shown."""
+    committed: list[tuple[int, OutputStatus, str | None]] = [
+        (attempt.spec.index, output, attempt.status.finish_time)
+        for attempt in attempts
+        if _succeeded(attempt)
+        for output in attempt.status.outputs or ()
+    ]
+    if not committed:
+        return sum(output.size or 0 for output in shown.outputs or ())
+    committed.sort(key=lambda c: (c[0], str(c[1].name), c[1].rank or 0))
+    status["outputs"] = [
+        {**output.to_json(), **({"committedTime": finished} if finished else {}), "index": index}
+        for index, output, finished in committed
+    ]
+    return sum(output.size or 0 for _, output, _ in committed)
+
+
+def _storage(status: Object, shown: JobStatus, total: int) -> None:
+    if total or shown.storage is not None:
+        status["storage"] = {**(shown.storage.to_json() if shown.storage is not None else {}), "bytes": total}
+
+
+def _inputs(status: Object, shown: JobStatus, attempts: list[objects.Attempt]) -> None:
+    pinned = {str(i.name): i.to_json() for i in shown.inputs or ()}
     for attempt in attempts:
-        if phase(attempt) != "Succeeded":
-            continue
-        attempt_status = attempt.get("status") or {}
-        committed = {"committedTime": attempt_status["finishTime"]} if attempt_status.get("finishTime") else {}
-        for output in attempt_status.get("outputs") or []:
-            outputs.append({**output, **committed, "index": index_of(attempt)})
-    if not outputs:
-        return
-    outputs.sort(key=lambda o: (o["index"], str(o.get("name")), int(o.get("rank") or 0)))
-    status["outputs"] = outputs
-
-
-def _storage(status: Object, checkpoint_bytes: int) -> None:
-    total = sum(int(o.get("size") or 0) for o in status.get("outputs") or []) + checkpoint_bytes
-    if total or status.get("storage"):
-        status["storage"] = {**(status.get("storage") or {}), "bytes": total}
-
-
-def _inputs(status: Object, attempts: list[Object]) -> None:
-    pinned = {str(i.get("name")): i for i in status.get("inputs") or []}
-    ready: list[str] = []
-    for attempt in attempts:
-        attempt_status = attempt.get("status") or {}
-        if attempt_status.get("inputsReadyTime"):
-            ready.append(str(attempt_status["inputsReadyTime"]))
-        for verified in attempt_status.get("inputs") or []:
-            name = str(verified.get("name"))
-            entry = pinned.setdefault(name, {"name": name})
-            if verified.get("sha256") and not entry.get("sha256"):
-                entry["sha256"] = verified["sha256"]
+        for verified in attempt.status.inputs or ():
+            entry = pinned.setdefault(str(verified.name), {"name": str(verified.name)})
+            if verified.sha256 and "sha256" not in entry:
+                entry["sha256"] = verified.sha256
     if pinned:
         status["inputs"] = sorted(pinned.values(), key=lambda i: str(i["name"]))
-    if ready and not status.get("inputsReadyTime"):
+    ready = [a.status.inputs_ready_time for a in attempts if a.status.inputs_ready_time]
+    if ready and not shown.inputs_ready_time:
         status["inputsReadyTime"] = min(ready)
 
 
-def _source(status: Object, spec: Object, attempts: list[Object]) -> None:
-    source = spec.get("source") or {}
-    if source.get("blob"):
-        status["source"] = {"blob": source["blob"]}
+def _source(status: Object, shown: JobStatus, spec: JobSpec, attempts: list[objects.Attempt]) -> None:
+    source = spec.source
+    if source is not None and source.blob:
+        status["source"] = {"blob": source.blob}
         return
-    if not source.get("git") or (status.get("source") or {}).get("commit"):
+    if source is None or source.git is None or (shown.source is not None and shown.source.commit):
         return
     for attempt in attempts:
-        commit = ((attempt.get("status") or {}).get("source") or {}).get("commit")
+        commit = attempt.status.source.commit if attempt.status.source is not None else None
         if commit:
             status["source"] = {"commit": commit}
             return
 
 
-def _progress(status: Object, attempts: list[Object], now: datetime) -> None:
-    reporting = [a for a in attempts if (a.get("status") or {}).get("progress")]
-    if not reporting:
+def _progress(status: Object, shown: JobStatus, attempts: list[objects.Attempt], now: datetime) -> None:
+    reported = [
+        (a.status, progress) for a in attempts if a.status.progress and (progress := a.status.progress.to_json())
+    ]
+    if not reported:
         return
-    newest = reporting[-1]
-    attempt_status = newest.get("status") or {}
-    status["progress"] = attempt_status["progress"]
-    metrics = dict(attempt_status.get("unitMetrics") or {})
-    shown = status.get("unitMetrics") or {}
-    if (
-        not attempt_status.get("finishTime")
-        and shown.get("costPerUnitUSD")
-        and shown.get("completed") == metrics.get("completed")
-    ):
+    newest, status["progress"] = reported[-1]
+    metrics = newest.unit_metrics.to_json() if newest.unit_metrics is not None else {}
+    completed = newest.unit_metrics.completed if newest.unit_metrics is not None else None
+    kept = shown.unit_metrics
+    if not newest.finish_time and kept is not None and kept.cost_per_unit_usd and kept.completed == completed:
         # No unit done since it was computed: kept, or every reconcile would write a new figure as the clock moves.
-        cost: str | None = str(shown["costPerUnitUSD"])
+        cost: str | None = kept.cost_per_unit_usd
     else:
-        cost = _cost_per_unit(attempt_status, int(metrics.get("completed") or 0), now)
+        cost = _cost_per_unit(newest, completed or 0, now)
     if cost is not None:
         metrics["costPerUnitUSD"] = cost
     if metrics:
         status["unitMetrics"] = metrics
 
 
-def _cost_per_unit(attempt_status: Object, completed: int, now: datetime) -> str | None:
-    rate = (attempt_status.get("placement") or {}).get("rateUSDPerHour")
-    started = units.time_or_none(attempt_status.get("startTime"))
+def _cost_per_unit(attempt: AttemptStatus, completed: int, now: datetime) -> str | None:
+    rate = attempt.placement.rate_usd_per_hour if attempt.placement is not None else None
+    started = units.time_or_none(attempt.start_time)
     if not rate or started is None or completed <= 0:
         return None
-    ended = units.time_or_none(attempt_status.get("finishTime")) or now
+    ended = units.time_or_none(attempt.finish_time) or now
     try:
         hours = Decimal(max((ended - started).total_seconds(), 0.0)) / Decimal(3600)
-        return str((Decimal(str(rate)) * hours / completed).quantize(money.MICRO, rounding=ROUND_HALF_UP))
+        return str((Decimal(rate) * hours / completed).quantize(money.MICRO, rounding=ROUND_HALF_UP))
     except InvalidOperation:
         return None
 
 
-def _volumes(status: Object, attempts: list[Object]) -> None:
-    written = [
-        volume
-        for attempt in attempts
-        if phase(attempt) == "Succeeded"
-        for volume in (attempt.get("status") or {}).get("volumes") or []
-    ]
+def _volumes(status: Object, shown: JobStatus, attempts: list[objects.Attempt]) -> None:
+    written = [volume for a in attempts if _succeeded(a) for volume in a.status.volumes or ()]
     if not written:
         return
-    entries = {(str(v.get("volume")), str(v.get("mountPath"))): v for v in status.get("volumes") or []}
+    entries = {(str(v.volume), str(v.mount_path)): v for v in shown.volumes or ()}
     for volume in written:
-        entries[(str(volume.get("volume")), str(volume.get("mountPath")))] = volume
-    status["volumes"] = sorted(entries.values(), key=lambda v: (str(v.get("mountPath")), str(v.get("volume"))))
+        entries[(str(volume.volume), str(volume.mount_path))] = volume
+    ordered = sorted(entries.values(), key=lambda v: (str(v.mount_path), str(v.volume)))
+    status["volumes"] = [volume.to_json() for volume in ordered]
 
 
-_SEGMENTS = ("bootUSD", "runningUSD", "restoreUSD", "teardownUSD")
-_TERMINAL_JOB = frozenset({"Succeeded", "Failed", "Cancelled"})
+_SEGMENTS: Final = ("bootUSD", "runningUSD", "restoreUSD", "teardownUSD")
 
 
-def _cost(status: Object, spec: Object, attempts: list[Object]) -> None:
-    costs = [c for a in attempts if (c := (a.get("status") or {}).get("cost"))]
-    limit = spec.get("maxCostUSD")
+def _cost(status: Object, shown: JobStatus, spec: JobSpec, attempts: list[objects.Attempt]) -> None:
+    costs = [a.status.cost for a in attempts if a.status.cost is not None]
+    limit = spec.max_cost_usd
     if not costs and limit is None:
         return
     total, held, rate = Decimal(0), Decimal(0), Decimal(0)
     segments: dict[str, Decimal] = {}
     # The storage billing controller's copy of what storage was charged: kept, and part of the total.
-    stored = ((status.get("cost") or {}).get("bySegment") or {}).get("storageUSD")
+    stored = shown.cost.by_segment.storage_usd if shown.cost is not None and shown.cost.by_segment else None
     if stored is not None:
-        segments["storageUSD"] = Decimal(str(stored))
+        segments["storageUSD"] = Decimal(stored)
         total += segments["storageUSD"]
     covered: set[str] = set()
     funded: list[str] = []
     for cost in costs:
-        total += Decimal(str(cost.get("totalUSD") or "0"))
-        held += Decimal(str(cost.get("heldUSD") or "0"))
-        rate += Decimal(str(cost.get("rateUSDPerHour") or "0"))
-        for name in _SEGMENTS:
-            if name in (cost.get("bySegment") or {}):
-                segments[name] = segments.get(name, Decimal(0)) + Decimal(str(cost["bySegment"][name]))
-        covered.update((cost.get("bySegment") or {}).get("coveredByNodus") or [])
-        if cost.get("fundedUntilTime"):
-            funded.append(str(cost["fundedUntilTime"]))
-    shown: Object = {"totalUSD": money.text(total), "heldUSD": money.text(held), "rateUSDPerHour": money.text(rate)}
-    by_segment: Object = {name: money.text(amount) for name, amount in segments.items()}
+        total += Decimal(cost.total_usd or "0")
+        held += Decimal(cost.held_usd or "0")
+        rate += Decimal(cost.rate_usd_per_hour or "0")
+        if cost.by_segment is not None:
+            by_segment = cost.by_segment.to_json()
+            for name in _SEGMENTS:
+                if name in by_segment:
+                    segments[name] = segments.get(name, Decimal(0)) + Decimal(by_segment[name])
+            covered.update(cost.by_segment.covered_by_nodus or ())
+        if cost.funded_until_time:
+            funded.append(cost.funded_until_time)
+    shown_cost: Object = {
+        "totalUSD": money.text(total),
+        "heldUSD": money.text(held),
+        "rateUSDPerHour": money.text(rate),
+    }
+    by_segment_shown: Object = {name: money.text(amount) for name, amount in segments.items()}
     if covered:
-        by_segment["coveredByNodus"] = sorted(covered)
-    if by_segment:
-        shown["bySegment"] = by_segment
+        by_segment_shown["coveredByNodus"] = sorted(covered)
+    if by_segment_shown:
+        shown_cost["bySegment"] = by_segment_shown
     if funded:
-        shown["fundedUntilTime"] = min(funded)
+        shown_cost["fundedUntilTime"] = min(funded)
     if limit is not None:
-        shown["limitUSD"] = str(limit)
-    billed = [a for a in attempts if (a.get("status") or {}).get("scheduledTime")]
-    storing = int((status.get("storage") or {}).get("billedBytes") or 0) > 0
-    shown["final"] = (
-        status.get("phase") in _TERMINAL_JOB
-        and not storing
-        and all(((a.get("status") or {}).get("cost") or {}).get("final") for a in billed)
+        shown_cost["limitUSD"] = limit
+    billed = [a for a in attempts if a.status.scheduled_time]
+    storing = (shown.storage.billed_bytes or 0) > 0 if shown.storage is not None else False
+    shown_cost["final"] = (
+        shown.phase in phases.JOB_FINISHED and not storing and all(_final(a.status.cost) for a in billed)
     )
-    status["cost"] = shown
+    status["cost"] = shown_cost
+
+
+def _final(cost: Cost | None) -> bool:
+    return cost is not None and bool(cost.final)

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,10 +148,15 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
 
 
 def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Path | None = None) -> ControllerSettings:
-    from nodus.cloud.simulated import SimulatedCloudConfig
+    """The controllers' settings from their flags; the provider is built here (``--provider``), as the controllers
+    know none by name."""
+    from nodus.cloud.provider import Provider
+    from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
     from nodus.controllers.assembly import ControllerSettings
+    from nodus.controllers.jobs.gangplanning import TimeScales
 
-    sim = None
+    provider: Callable[[], Provider] | None = None
+    scales = TimeScales()
     if args.provider == "sim":
         default = data_dir / "hosts" if data_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "nodus-hosts"
         work = args.sim_work_dir or default
@@ -170,10 +175,12 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
             agent_forbid_addresses=tuple(args.sim_agent_forbid_address),
             agent_insecure_registries=tuple(args.sim_agent_insecure_registry),
             checkpoint_time_scale=args.sim_checkpoint_time_scale,
-            assembly_time_scale=args.sim_assembly_time_scale,
             boot_hangs=frozenset(args.sim_boot_hangs),
         )
         check_endpoints("--sim-agent-forbid-address", sim.agent_forbid_addresses)
+        provider = functools.partial(SimulatedCloud, sim)
+        # The Job controller keeps gang checkpoint intervals, scaled as the simulated agents scale theirs.
+        scales = TimeScales(args.sim_assembly_time_scale, args.sim_checkpoint_time_scale)
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
     settings = ControllerSettings(
@@ -186,7 +193,8 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         retry_period=args.retry_period.total_seconds(),
         funded_window=args.funded_window,
         storage_hour=args.storage_charge_interval,
-        sim=sim,
+        provider=provider,
+        time_scales=scales,
     )
     if args.identity:
         settings.identity = args.identity

@@ -65,8 +65,6 @@ class SimulatedCloudConfig:
     # Registries agents pull from over plain HTTP (their --insecure-registry): the dev and test registries.
     agent_insecure_registries: tuple[str, ...] = ()
     checkpoint_time_scale: float = 1.0
-    # Gang startupTimeouts are multiplied by this (tests: 0.02 turns the 5m minimum into 6s).
-    assembly_time_scale: float = 1.0
     # Offerings whose hosts boot but never start their agent (a host that never registers).
     boot_hangs: frozenset[str] = frozenset()
 
@@ -119,6 +117,11 @@ class SimulatedCloud:
     def pid(self, node_name: str) -> int | None:
         host = self._hosts.get(node_name)
         return host.pid if host else None
+
+    def annotations(self, node_name: str) -> dict[str, str]:
+        """The pid of the host's agent, once it runs: what :meth:`adopt` reads back in a later controller."""
+        pid = self.pid(node_name)
+        return {} if pid is None else {PID_ANNOTATION: str(pid)}
 
     async def boot(self, node: Object, offering: Object, join_token: str) -> None:
         name = node["metadata"]["name"]

@@ -4,9 +4,13 @@ What runs while this process leads (the ``nodus-controllers`` Lease): the Job co
 Secret pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each
 attempt), storage billing (each Job's stored bytes, by the hour), the Budgets' status copies, the
 scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
-(heartbeats), and, with the simulated cloud, the hosts controller that boots and kills agents.
-Standbys keep their informers synced so a takeover starts warm. Garbage collection of owned
-objects runs in the API server (ADR 0005); TTL after finish is the Job controller's.
+(heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the
+simulated cloud's are agent processes). Standbys keep their informers synced so a takeover starts
+warm. Garbage collection of owned objects runs in the API server (ADR 0005); TTL after finish is the
+Job controller's.
+
+The controllers know the provider only as a :class:`~nodus.cloud.provider.Provider`: whoever starts
+the process (``nodus controllers``, ``nodus dev``) chooses it and passes a factory in the settings.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nodus.apis.v1 import objects
 from nodus.client import Client, ClientConfig, errors
-from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
+from nodus.client.informers import Handler, Informer, Object
+from nodus.client.leaderelection import LeaderElector
+from nodus.client.workqueue import WorkQueue
+from nodus.cloud.provider import Provider
 from nodus.controllers.billing import (
     BUDGET_WAIT_INDEX,
     CREDIT_WAIT_INDEX,
@@ -33,6 +42,7 @@ from nodus.controllers.billing import (
     waiting_for_credit,
 )
 from nodus.controllers.budgets import BudgetStatus
+from nodus.controllers.credits import ProjectCredits, enqueue_on_cost
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
@@ -41,6 +51,7 @@ from nodus.controllers.jobs.reconciling import (
     job_uid_of,
     waiting_in,
 )
+from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
 from nodus.controllers.nodes.hosts import Hosts
 from nodus.controllers.nodes.lifecycle import NodeLifecycle
 from nodus.controllers.nodes.provisioning import (
@@ -52,10 +63,6 @@ from nodus.controllers.nodes.provisioning import (
     nodes_of,
     ran_on,
 )
-from nodus.client.informers import Handler, Informer, Object
-from nodus.client.leaderelection import LeaderElector
-from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
-from nodus.client.workqueue import WorkQueue
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
 from nodus.controllers.storagebilling import UNPAID_INDEX, StorageBilling, enqueue_unpaid, unpaid_in
@@ -82,7 +89,11 @@ class ControllerSettings:
     funded_window: timedelta = timedelta(minutes=10)
     # How long one billed hour of storage lasts (tests shorten it; it is billed as an hour all the same).
     storage_hour: timedelta = timedelta(hours=1)
-    sim: SimulatedCloudConfig | None = None
+    # The cloud that supplies hosts, built once per assembled process (a provider holds the hosts it runs);
+    # None: no provider, only hosts whose agents were started by hand (their Nodes' provider is "manual").
+    provider: Callable[[], Provider] | None = None
+    # Gang assembly budgets and checkpoint intervals times these (tests shrink them; 1 in production).
+    time_scales: TimeScales = field(default_factory=TimeScales)
 
 
 def _enqueue_waiting_jobs(queue: WorkQueue[Any], jobs: Informer) -> Handler:
@@ -144,10 +155,7 @@ class Controllers:
         attempts.add_handler(enqueue_owner(job_queue, "Job"))
         for informer in (*referenced.values(), jobs):
             informer.add_handler(_enqueue_waiting_jobs(job_queue, jobs))
-        scales = TimeScales()
-        if settings.sim is not None:
-            scales = TimeScales(settings.sim.assembly_time_scale, settings.sim.checkpoint_time_scale)
-        job_reconciler = JobReconciler(client, jobs, attempts, referenced, scales=scales)
+        job_reconciler = JobReconciler(client, jobs, attempts, referenced, scales=settings.time_scales)
         manager.add_controller("jobs", job_reconciler, job_queue, workers)
 
         jobs.add_index(PINNING_INDEX, pinned_secrets)
@@ -178,10 +186,18 @@ class Controllers:
         budgets.add_handler(enqueue_object(budget_queue))
         manager.add_controller("budget-status", BudgetStatus(client, budgets), budget_queue, workers)
 
+        credits_queue: WorkQueue[Any] = WorkQueue()
+        projects = manager.informer("projects", resync=settings.resync)
+        projects.add_handler(enqueue_object(credits_queue))
+        attempts.add_handler(enqueue_on_cost(credits_queue, objects.Attempt))
+        jobs.add_handler(enqueue_on_cost(credits_queue, objects.Job))
+        manager.add_controller("project-credits", ProjectCredits(client, projects), credits_queue, workers)
+
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))
         attempts.add_handler(enqueue_gang(provision_queue))
-        provider_name = "sim" if settings.sim is not None else "manual"
+        self.cloud: Provider | None = settings.provider() if settings.provider is not None else None
+        provider_name = self.cloud.name if self.cloud is not None else "manual"
         provisioner = AttemptProvisioner(client, attempts, nodes, offerings, provider_name)
         manager.add_controller("provisioner", provisioner, provision_queue, workers)
 
@@ -197,9 +213,7 @@ class Controllers:
             attempts.add_handler(_enqueue_nodes_of_attempt(queue))
             manager.add_controller(name, reconciler, queue, workers)
 
-        self.cloud: SimulatedCloud | None = None
-        if settings.sim is not None:
-            self.cloud = SimulatedCloud(settings.sim)
+        if self.cloud is not None:
             host_queue: WorkQueue[Any] = WorkQueue()
             nodes.add_handler(enqueue_object(host_queue))
             attempts.add_handler(_enqueue_nodes_of_attempt(host_queue))

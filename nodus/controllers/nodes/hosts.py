@@ -6,9 +6,13 @@ idle, at its deadline when it was preempted (the agent has until then to stop it
 ``Lost`` or ``Failed`` has whatever is left of its host killed. Nodes that are over are deleted
 once no live attempt refers to them, after a short retention so users can see what happened.
 
-With the simulated provider, fault injection arrives the way a user asks for any action: an
-annotation ``sim.nodus.dev/<action>-requested-at`` (``nodus sim preempt|kill|fail-boot NODE``),
-handled once per value (the handled value is recorded in ``sim.nodus.dev/<action>-handled-at``).
+With a provider that can inject faults (:class:`~nodus.cloud.provider.FaultInjection`: the simulated
+cloud), fault injection arrives the way a user asks for any action: an annotation
+``sim.nodus.dev/<action>-requested-at`` (``nodus sim preempt|kill|fail-boot NODE``), handled once per
+value (the handled value is recorded in ``sim.nodus.dev/<action>-handled-at``). Other providers leave
+those annotations alone.
+
+The controller knows its provider only as a :class:`~nodus.cloud.provider.Provider`.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ from typing import Any
 
 from nodus.apimachinery import units
 from nodus.client import Client, errors
-from nodus.cloud.simulated import PID_ANNOTATION, SimulatedCloud
+from nodus.client.informers import Informer
+from nodus.cloud.provider import FaultInjection, Provider
 from nodus.controllers.jobs.slots import TERMINAL
+from nodus.controllers.manager import Result
 from nodus.controllers.nodes import jointokens
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
-from nodus.client.informers import Informer
-from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.hosts")
@@ -45,10 +49,12 @@ def handled(action: str) -> str:
 
 class Hosts:
     def __init__(
-        self, client: Client, provider: SimulatedCloud, nodes: Informer, offerings: Informer, attempts: Informer
+        self, client: Client, provider: Provider, nodes: Informer, offerings: Informer, attempts: Informer
     ) -> None:
         self._client = client
         self._provider = provider
+        # Fault requests are for providers that can inject faults; on any other they are ignored.
+        self._injector: FaultInjection | None = provider if isinstance(provider, FaultInjection) else None
         self._nodes = nodes
         self._offerings = offerings
         self._attempts = attempts
@@ -67,7 +73,8 @@ class Hosts:
         if (node.get("status") or {}).get("phase") in ("Ready", "Terminating") and not self._provider.is_up(name):
             # A new leader: take over the hosts a previous one started before injecting faults into them.
             self._provider.adopt(node)
-        node = await self._faults(node)
+        if self._injector is not None:
+            node = await self._faults(node, self._injector)
         status = node.get("status") or {}
         phase = status.get("phase")
         now = units.now()
@@ -84,9 +91,8 @@ class Hosts:
             self._registered.add(name)
         if phase == "Ready" and not self._provider.is_up(name):
             self._provider.adopt(node)
-        if phase == "Ready" and self._provider.pid(name) is not None and _pid(node) != self._provider.pid(name):
-            patch = {"metadata": {"annotations": {PID_ANNOTATION: str(self._provider.pid(name))}}}
-            await self._client.patch("nodes", name, patch)
+        if phase == "Ready" and (record := self._unrecorded(node)):
+            await self._client.patch("nodes", name, {"metadata": {"annotations": record}})
             return None
         if phase == "Terminating":
             deadline = units.time_or_none((node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION))
@@ -119,22 +125,28 @@ class Hosts:
             return None
         return Result(requeue_after=(over + RETENTION - now).total_seconds() + 0.05)
 
+    def _unrecorded(self, node: Object) -> dict[str, str]:
+        """What the provider wants recorded on ``node`` (to adopt its host later) that the Node does not carry."""
+        carried = node["metadata"].get("annotations") or {}
+        wanted = self._provider.annotations(node["metadata"]["name"])
+        return {key: value for key, value in wanted.items() if carried.get(key) != value}
+
     def _live(self, name: str) -> bool:
         attempts = self._attempts.by_index(RAN_ON_INDEX, name)
         return any((a.get("status") or {}).get("phase") not in TERMINAL for a in attempts)
 
-    async def _faults(self, node: Object) -> Object:
+    async def _faults(self, node: Object, injector: FaultInjection) -> Object:
         annotations = node["metadata"].get("annotations") or {}
         for action in SIM_ACTIONS:
             value = annotations.get(requested(action))
             if not value or annotations.get(handled(action)) == value:
                 continue
-            node = await self._inject(node, action)
+            node = await self._inject(node, action, injector)
             patch = {"metadata": {"annotations": {handled(action): value}}}
             node = await self._client.patch("nodes", node["metadata"]["name"], patch)
         return node
 
-    async def _inject(self, node: Object, action: str) -> Object:
+    async def _inject(self, node: Object, action: str, injector: FaultInjection) -> Object:
         name = node["metadata"]["name"]
         phase = (node.get("status") or {}).get("phase")
         log.warning("simulated cloud: %s node %s (phase %s)", action, name, phase)
@@ -142,7 +154,7 @@ class Hosts:
             self._provider.kill(name)
             return node
         if action == "fail-boot":
-            if self._provider.fail_boot(name) or phase == "Booting":
+            if injector.fail_boot(name) or phase == "Booting":
                 return await self._set_status(node, "Failed", "BootFailed", "The host failed to boot (simulated).")
             return node
         annotations = node["metadata"].get("annotations") or {}
@@ -171,8 +183,3 @@ class Hosts:
         half second, and a guarded write would lose to them again and again."""
         patch = {"status": {"phase": phase, "reason": reason, "message": message}}
         return await self._client.patch("nodes", node["metadata"]["name"], patch, subresource="status")
-
-
-def _pid(node: Object) -> int | None:
-    text = (node["metadata"].get("annotations") or {}).get(PID_ANNOTATION) or ""
-    return int(text) if text.isdigit() else None

@@ -25,7 +25,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from nodus.apis.v1 import objects
 from nodus.client import Client, ClientConfig, errors
 from nodus.client.informers import Handler, Informer, Object
 from nodus.client.leaderelection import LeaderElector
@@ -42,7 +41,6 @@ from nodus.controllers.billing import (
     waiting_for_credit,
 )
 from nodus.controllers.budgets import BudgetStatus
-from nodus.controllers.credits import ProjectCredits, enqueue_on_cost
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
@@ -185,13 +183,6 @@ class Controllers:
         budget_queue: WorkQueue[Any] = WorkQueue()
         budgets.add_handler(enqueue_object(budget_queue))
         manager.add_controller("budget-status", BudgetStatus(client, budgets), budget_queue, workers)
-
-        credits_queue: WorkQueue[Any] = WorkQueue()
-        projects = manager.informer("projects", resync=settings.resync)
-        projects.add_handler(enqueue_object(credits_queue))
-        attempts.add_handler(enqueue_on_cost(credits_queue, objects.Attempt))
-        jobs.add_handler(enqueue_on_cost(credits_queue, objects.Job))
-        manager.add_controller("project-credits", ProjectCredits(client, projects), credits_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

@@ -92,7 +92,7 @@ class Attempt(View):
 
 class Node(View):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: NodeSpec = Field(default_factory=NodeSpec)
+    spec: NodeSpec
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -30,13 +31,15 @@ _ALPHABET = string.ascii_lowercase + string.digits
 
 def token_id(node: Object) -> str:
     """Six characters of [a-z0-9], a function of the Node's uid."""
-    number = int.from_bytes(hashlib.sha256(str(node["metadata"]["uid"]).encode()).digest()[:8], "big")
+    uid = objects.read(objects.Node, node).metadata.uid
+    number = int.from_bytes(hashlib.sha256(uid.encode()).digest()[:8], "big")
     return "".join(_ALPHABET[(number >> (6 * i)) % len(_ALPHABET)] for i in range(6))
 
 
 async def issue(client: Client, node: Object) -> str:
     """Create the host's token (replacing an earlier one) and return it, ``<id>.<secret>``."""
-    name, uid = node["metadata"]["name"], node["metadata"]["uid"]
+    meta = objects.read(objects.Node, node).metadata
+    name, uid = meta.name, meta.uid
     ident = token_id(node)
     secret = "".join(secrets.choice(_ALPHABET) for _ in range(16))
     body = {
@@ -44,7 +47,7 @@ async def issue(client: Client, node: Object) -> str:
         "kind": "BootstrapToken",
         "metadata": {
             "name": ident,
-            "labels": {"nodus.dev/node": name},
+            "labels": {labels.NODE: name},
             "ownerReferences": [{"apiVersion": "nodus.dev/v1", "kind": "Node", "name": name, "uid": uid}],
         },
         "spec": {

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
-from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.manager import Result
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 
@@ -44,37 +44,40 @@ class NodeLifecycle:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         name = key[1]
-        node = self._nodes.get(None, name)
+        obj = self._nodes.get(None, name)
         now = units.now()
-        if node is None:
+        if obj is None:
             await self._lose_attempts(name, "NodeLost", f"Node {name} was deleted.")
             return None
-        status = node.get("status") or {}
-        phase = status.get("phase")
+        node = objects.read(objects.Node, obj)
+        status = node.status
+        phase = status.phase
         if phase == "Ready":
-            deadline = units.time_or_none(status.get("heartbeatTime") or status.get("readyTime"))
+            deadline = units.time_or_none(status.heartbeat_time or status.ready_time)
             if deadline is not None:
                 deadline += self._grace
                 if now < deadline:
                     return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
             message = f"No heartbeat for more than {units.format_duration(self._grace)}."
-            await self._mark(node, "Lost", "HeartbeatLapsed", message, now)
+            await self._mark(obj, "Lost", "HeartbeatLapsed", message, now)
             return None
         if phase == "Booting":
-            started = units.time_or_none(status.get("bootTime"))
+            started = units.time_or_none(status.boot_time)
             if started is not None and now < started + self._boot_timeout:
                 return Result(requeue_after=(started + self._boot_timeout - now).total_seconds() + 0.05)
             message = f"The host did not register within {units.format_duration(self._boot_timeout)}."
-            await self._mark(node, "Failed", "BootFailed", message, now)
+            await self._mark(obj, "Failed", "BootFailed", message, now)
             return None
         if phase in ("Lost", "Failed"):
-            reason = _ATTEMPT_REASON.get(str(status.get("reason")), "NodeLost")
-            await self._lose_attempts(name, reason, f"Node {name}: {status.get('message') or status.get('reason')}")
+            reason = _ATTEMPT_REASON.get(status.reason or "", "NodeLost")
+            await self._lose_attempts(name, reason, f"Node {name}: {status.message or status.reason}")
         return None
 
     async def _mark(self, node: Object, phase: str, reason: str, message: str, now: datetime) -> None:
+        """Write ``phase`` (Ready ``Unknown``) over the Node's status as stored (``node``), kept as JSON."""
         stamp = units.format_time(now)
-        conditions = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") != "Ready"]
+        shown = objects.read(objects.Node, node).status.conditions or ()
+        conditions = [c.to_json() for c in shown if c.type != "Ready"]
         conditions.append(
             {"type": "Ready", "status": "Unknown", "reason": reason, "message": message, "lastTransitionTime": stamp}
         )
@@ -84,7 +87,7 @@ class NodeLifecycle:
 
     async def _lose_attempts(self, node_name: str, reason: str, message: str) -> None:
         for attempt in self._attempts.by_index(RAN_ON_INDEX, node_name):
-            if (attempt.get("status") or {}).get("phase") in TERMINAL:
+            if objects.read(objects.Attempt, attempt).status.phase in phases.ATTEMPT_FINISHED:
                 continue
             await lose(self._client, attempt, reason, message)
 

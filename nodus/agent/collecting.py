@@ -43,6 +43,9 @@ from typing import Any
 from nodus.agent import archives, hostfiles, sinks
 from nodus.agent.layout import NODUS_DIRECTORIES, SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.materializing import Prepared, PrepareFailed
+from nodus.apis.v1 import objects
+from nodus.apis.v1.attempt import AttemptSpec, PinnedConnection, PinnedVolume
+from nodus.apis.v1.jobdata import OutputSink
 from nodus.client import Client, errors
 
 Object = dict[str, Any]
@@ -78,31 +81,32 @@ def locate(path: str, layout: AttemptLayout, prepared: Prepared) -> hostfiles.Lo
     return None
 
 
-async def collect(client: Client, attempt: Object, layout: AttemptLayout, prepared: Prepared) -> Collected:
-    spec = attempt.get("spec") or {}
-    namespace = str(attempt["metadata"]["namespace"])
+async def collect(client: Client, attempt: objects.Attempt, layout: AttemptLayout, prepared: Prepared) -> Collected:
+    spec = attempt.spec
+    namespace = str(attempt.metadata.namespace)
     collected = Collected()
     staging = layout.directory / "collect"
     staging.mkdir(exist_ok=True)
-    outputs = [o for o in spec.get("outputs") or [] if _collected_here(o, spec)]
-    declared = [(str(o["name"]), str(o["path"]), o.get("sink")) for o in outputs]
-    if any(layout.outputs.iterdir()) and _collected_here({}, spec):
+    declared: list[tuple[str, str, OutputSink | None]] = [
+        (o.name, o.path, o.sink) for o in spec.outputs or () if _collected_here(o.from_ranks, spec)
+    ]
+    if any(layout.outputs.iterdir()) and _collected_here("Zero", spec):
         declared.append((IMPLICIT_OUTPUT, f"{SANDBOX_NODUS_DIR}/outputs", None))
-    connections = {str(c["name"]): c for c in spec.get("connections") or []}
+    connections = {c.name: c for c in spec.connections or ()}
     for name, path, sink in declared:
         fd, status = await asyncio.to_thread(_open_output, name, path, layout, prepared)
         try:
             output = await _commit(client, namespace, name, path, fd, status, staging)
-            if spec.get("gang"):
-                output["rank"] = int(spec.get("rank") or 0)
+            if spec.gang:
+                output["rank"] = spec.rank or 0
             if sink:
                 output["sink"] = await _load(sink, fd, status, path, staging, connections, prepared)
         finally:
             os.close(fd)
         collected.outputs.append(output)
-    for mount in spec.get("volumes") or []:
-        if not mount.get("readOnly"):
-            collected.volumes.append(await _new_revision(client, namespace, attempt, mount, prepared, staging))
+    for mount in spec.volumes or ():
+        if not mount.read_only:
+            collected.volumes.append(await _new_revision(client, namespace, spec, mount, prepared, staging))
     return collected
 
 
@@ -131,12 +135,12 @@ def _open_output(name: str, path: str, layout: AttemptLayout, prepared: Prepared
         ) from None
 
 
-def _collected_here(output: Object, spec: Object) -> bool:
+def _collected_here(from_ranks: str, spec: AttemptSpec) -> bool:
     """A gang rank collects an output only when it is rank 0 or the output says ``fromRanks: All``; the implicit
     ``outputs`` is rank 0's. Each gang rank's output is committed with its ``rank`` (``?rank=N`` downloads it)."""
-    if not spec.get("gang"):
+    if not spec.gang:
         return True
-    return int(spec.get("rank") or 0) == 0 or output.get("fromRanks") == "All"
+    return (spec.rank or 0) == 0 or from_ranks == "All"
 
 
 async def _commit(
@@ -177,28 +181,26 @@ async def _commit(
 
 
 async def _load(
-    sink: Object,
+    sink: OutputSink,
     fd: int,
     status: os.stat_result,
     path: str,
     staging: Path,
-    connections: dict[str, Object],
+    connections: dict[str, PinnedConnection],
     prepared: Prepared,
 ) -> Object:
-    connection = connections.get(str(sink.get("connection"))) or {}
-    secret = connection.get("secret") or {}
-    dsn = prepared.secret_values.get(str(secret.get("name")), {}).get(str(secret.get("key") or "dsn"))
+    connection = connections.get(sink.connection)
+    secret = connection.secret if connection else None
+    dsn = prepared.secret_values.get(secret.name, {}).get(secret.key or "dsn") if secret else None
     if dsn is None:
-        return {"phase": "Failed", "message": f"Connection {sink.get('connection')} has no DSN in its Secret."}
+        return {"phase": "Failed", "message": f"Connection {sink.connection} has no DSN in its Secret."}
     if stat.S_ISDIR(status.st_mode):
         return {"phase": "Failed", "message": "A sink loads a file (CSV, JSON lines or Parquet), not a directory."}
     # The sink reads the file collection opened, by a name of the agent's own (a hard link, or a copy).
     staged = staging / "sink" / PurePosixPath(path).name
     await asyncio.to_thread(_stage, fd, staged)
     try:
-        rows = await sinks.load(
-            dsn.decode("utf-8"), str(sink["table"]), staged, sink.get("mode") or "Append", policy=prepared.reach
-        )
+        rows = await sinks.load(dsn.decode("utf-8"), sink.table, staged, sink.mode, policy=prepared.reach)
     except sinks.SinkError as exc:
         return {"phase": "Failed", "message": str(exc)}
     finally:
@@ -232,20 +234,19 @@ def _unstage(staged: Path) -> None:
 
 
 async def _new_revision(
-    client: Client, namespace: str, attempt: Object, mount: Object, prepared: Prepared, staging: Path
+    client: Client, namespace: str, spec: AttemptSpec, mount: PinnedVolume, prepared: Prepared, staging: Path
 ) -> Object:
-    volume = str(mount["volume"])
-    host = prepared.persistent[str(mount["mountPath"])]
+    volume = mount.volume
+    host = prepared.persistent[mount.mount_path]
     packed = staging / f"volume-{volume}.tar.zst"
     try:
-        await asyncio.to_thread(archives.pack_to_file, host, packed, shown=str(mount["mountPath"]))
+        await asyncio.to_thread(archives.pack_to_file, host, packed, shown=mount.mount_path)
     except hostfiles.UnsafePath as exc:
         raise PrepareFailed(
             "OutputPathUnsafe", f"Volume {volume}: {exc}; Volumes are packed without following symbolic links."
         ) from None
     path = f"/apis/nodus.dev/v1/namespaces/{namespace}/volumes/{volume}/revisions"
-    spec = attempt.get("spec") or {}
-    params = {"source": f"job {spec.get('job')} index {spec.get('index')} attempt {spec.get('number')}"}
+    params = {"source": f"job {spec.job} index {spec.index} attempt {spec.number}"}
     try:
         response = await client.request(
             "POST", path, content=_chunks(packed), params=params, headers={"Content-Type": archives.TAR_ZSTD}
@@ -256,7 +257,7 @@ async def _new_revision(
         packed.unlink(missing_ok=True)
     revision = (response.json().get("revision") or {}) if response.content else {}
     number = revision.get("revision") if isinstance(revision, dict) else revision
-    return {"volume": volume, "mountPath": mount["mountPath"], "readOnly": False, "revision": number}
+    return {"volume": volume, "mountPath": mount.mount_path, "readOnly": False, "revision": number}
 
 
 async def _chunks(path: Path) -> AsyncIterator[bytes]:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from nodus.agent import hostfiles, launchers, meshing
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
+from nodus.apis.v1 import objects
 from nodus.client import Client
-
-Object = dict[str, Any]
 
 
 @dataclass
@@ -34,12 +32,13 @@ class Joined:
         await self.mesh.close()
 
 
-async def join(client: Client, attempt: Object, layout: AttemptLayout, argv: list[str], host: str) -> Joined:
+async def join(client: Client, attempt: objects.Attempt, layout: AttemptLayout, argv: list[str], host: str) -> Joined:
     """Mesh with the peers and launch: raises ``meshing.MeshFailed`` when a peer cannot be reached or ended.
 
     Cancellation-safe: a stop while the peers are awaited closes the endpoint."""
-    spec = attempt.get("spec") or {}
-    gang = spec["gang"]
+    spec, gang = attempt.spec, attempt.spec.gang
+    if gang is None:
+        raise meshing.MeshFailed(f"attempt {attempt.metadata.name} is not a rank of a gang")
     mesh = meshing.Mesh(client, attempt, host=host)
     try:
         assembled = await mesh.assemble()
@@ -47,15 +46,15 @@ async def join(client: Client, attempt: Object, layout: AttemptLayout, argv: lis
         await mesh.close()
         raise
     facts = launchers.GangFacts(
-        rank=int(spec.get("rank") or 0),
-        size=int(gang["size"]),
-        gpus_per_node=int(gang.get("gpusPerNode") or 0),
+        rank=spec.rank or 0,
+        size=gang.size,
+        gpus_per_node=gang.gpus_per_node,
         rendezvous_host=assembled.rendezvous_host,
         rendezvous_port=assembled.rendezvous_port,
-        epoch=int(gang.get("epoch") or spec.get("number") or 1),
+        epoch=gang.epoch,
         hosts=assembled.hosts,
     )
-    launch = launchers.launch(str(gang.get("launcher") or "Plain"), argv, facts)
+    launch = launchers.launch(gang.launcher, argv, facts)
     await asyncio.to_thread(_write_files, layout, launch.files)
     return Joined(argv=launch.argv, env=launch.env, mesh=mesh, assembled=assembled)
 

@@ -37,13 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects, phases
+from nodus.apis.v1.attemptgang import AttemptGangStatus
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.agent")
 
-ENDED = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
 ECHO, BULK, ACK = b"E", b"B", b"K"
 CHUNK = 1 << 20
 ECHOES = 5
@@ -76,17 +77,21 @@ class Mesh:
     """
 
     def __init__(
-        self, client: Client, attempt: Object, *, host: str = "127.0.0.1", probe_bytes: int = 32 << 20
+        self,
+        client: Client,
+        attempt: objects.Attempt,
+        *,
+        host: str = "127.0.0.1",
+        probe_bytes: int = 32 << 20,
     ) -> None:
-        meta, spec = attempt["metadata"], attempt.get("spec") or {}
-        gang = spec.get("gang") or {}
+        spec, gang = attempt.spec, attempt.spec.gang
         self.client = client
-        self.name = str(meta["name"])
-        self.namespace = str(meta["namespace"])
-        self.rank = int(spec.get("rank") or 0)
-        self.members: list[str] = [str(m) for m in gang.get("members") or []]
-        self.job_uid = str(spec.get("jobUID") or "")
-        self.selector = f"nodus.dev/job={spec.get('job')},nodus.dev/gang-epoch={gang.get('epoch', spec.get('number'))}"
+        self.name = attempt.metadata.name
+        self.namespace = str(attempt.metadata.namespace)
+        self.rank = spec.rank or 0
+        self.members: list[str] = list(gang.members) if gang else []
+        self.job_uid = spec.job_uid
+        self.selector = f"{labels.JOB}={spec.job},{labels.GANG_EPOCH}={gang.epoch if gang else spec.number}"
         self.host = host
         self.probe_bytes = probe_bytes
         self._server: asyncio.Server | None = None
@@ -104,14 +109,14 @@ class Mesh:
             if self.rank == 0:
                 registration["rendezvous"] = _join(self.host, _reserve_port(self.host))
             await self._patch(registration)
-            peers = await self._wait(informer, "address")
-            rtt_ms, bus_gbps = await self._probe([_gang(p).get("address") or "" for p in peers])
+            peers = await self._wait(informer, lambda gang: gang.address)
+            rtt_ms, bus_gbps = await self._probe([_gang(p).address or "" for p in peers])
             now = _now()
             probe = {"rttMs": f"{rtt_ms:.3f}", "busGbps": f"{bus_gbps:.2f}", "measuredTime": now}
             await self._patch({"probe": probe, "probedTime": now})
-            peers = await self._wait(informer, "probedTime")
+            peers = await self._wait(informer, lambda gang: gang.probed_time)
             try:
-                rendezvous = _split(str(_gang(peers[0]).get("rendezvous") or ""))
+                rendezvous = _split(_gang(peers[0]).rendezvous or "")
             except ValueError as exc:
                 raise MeshFailed(f"rank 0 ({self.members[0]}) registered no rendezvous: {exc}") from None
         except MeshFailed as exc:
@@ -128,7 +133,7 @@ class Mesh:
         finally:
             watching.cancel()
             await asyncio.wait([watching])  # unlike awaiting it, never swallows our own cancellation
-        hosts = tuple(_split(str(_gang(p).get("address")))[0] for p in peers)
+        hosts = tuple(_split(str(_gang(p).address))[0] for p in peers)
         return Assembled(rendezvous[0], rendezvous[1], hosts, rtt_ms, bus_gbps)
 
     async def close(self) -> None:
@@ -173,29 +178,26 @@ class Mesh:
 
     # The barriers
 
-    async def _wait(self, informer: Informer, field: str) -> list[Object]:
-        """Every member's attempt, by rank, once each has ``status.gang.<field>``.
+    async def _wait(self, informer: Informer, reached: Callable[[AttemptGangStatus], object]) -> list[objects.Attempt]:
+        """Every member's attempt, by rank, once ``reached`` is true of each one's ``status.gang``.
 
         Completion is checked first: a member that ended after the barrier was passed (its program
         may already have run) does not fail a rank whose informer saw both changes at once."""
         await informer.wait_synced()
         while True:
             self._changed.clear()
-            by_name = {
-                str(a["metadata"]["name"]): a
-                for a in informer.items()
-                if (a.get("spec") or {}).get("jobUID") == self.job_uid
-            }
+            views = (objects.read(objects.Attempt, a) for a in informer.items())
+            by_name = {a.metadata.name: a for a in views if a.spec.job_uid == self.job_uid}
             found = [by_name.get(name) for name in self.members]
-            if all(a is not None and _gang(a).get(field) for a in found):
+            if all(a is not None and reached(_gang(a)) for a in found):
                 return [a for a in found if a is not None]
             for rank, attempt in enumerate(found):
                 if attempt is None or rank == self.rank:
                     continue
-                phase = (attempt.get("status") or {}).get("phase")
-                if phase in ENDED:
+                phase = attempt.status.phase
+                if phase in phases.ATTEMPT_FINISHED:
                     raise MeshFailed(f"rank {rank} ({self.members[rank]}) has ended ({phase})")
-                if _gang(attempt).get("failure"):
+                if _gang(attempt).failure:
                     raise MeshFailed(f"rank {rank} ({self.members[rank]}) could not mesh; see its status.gang.failure")
             await self._changed.wait()
 
@@ -286,9 +288,11 @@ def _reserve_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _gang(attempt: Object) -> Object:
-    gang = (attempt.get("status") or {}).get("gang")
-    return gang if isinstance(gang, dict) else {}
+_NO_GANG = AttemptGangStatus()
+
+
+def _gang(attempt: objects.Attempt) -> AttemptGangStatus:
+    return attempt.status.gang or _NO_GANG
 
 
 def _join(host: str, port: int) -> str:

@@ -321,7 +321,7 @@ class AttemptRun:
     async def _join(self, layout: AttemptLayout, argv: list[str]) -> ganging.Joined | meshing.MeshFailed:
         """Meet the gang, or why it could not be met."""
         try:
-            return await ganging.join(self.client, self.attempt, layout, argv, self.host.mesh_host)
+            return await ganging.join(self.client, self.view, layout, argv, self.host.mesh_host)
         except meshing.MeshFailed as exc:
             return exc
 
@@ -608,7 +608,7 @@ class AttemptRun:
         end = decisions.terminal(self.stop, ended, interruptible)
         if end.collect_outputs:
             try:
-                collected = await collecting.collect(self.client, self.attempt, layout, prepared)
+                collected = await collecting.collect(self.client, self.view, layout, prepared)
             except PrepareFailed as exc:
                 await self._report_terminal(decisions.Terminal("Failed", exc.reason, scrub(str(exc), 2000)), base)
                 return

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from nodus.agent.meshing import Assembled, Mesh, MeshFailed
+from nodus.apis.v1 import objects
 from nodus.client import Client
 from tests.conftest import make_project
 
@@ -63,7 +64,7 @@ def start(mesh: Mesh) -> asyncio.Task[Assembled]:
 
 async def test_a_gang_assembles_once_every_rank_has_registered_and_probed(api: Client, namespace: str) -> None:
     attempts = await make_gang(api, namespace, 3)
-    meshes = [Mesh(api, attempt, probe_bytes=PROBE_BYTES) for attempt in attempts]
+    meshes = [Mesh(api, objects.read(objects.Attempt, attempt), probe_bytes=PROBE_BYTES) for attempt in attempts]
     names = [attempt["metadata"]["name"] for attempt in attempts]
     try:
         early = [start(meshes[0]), start(meshes[1])]
@@ -102,7 +103,7 @@ async def test_a_member_that_ended_fails_the_others_naming_it(api: Client, names
     attempts = await make_gang(api, namespace, 3)
     ended = attempts[2]["metadata"]["name"]
     await api.patch("attempts", ended, {"status": {"phase": "Stopped"}}, namespace, subresource="status")
-    meshes = [Mesh(api, attempt, probe_bytes=PROBE_BYTES) for attempt in attempts[:2]]
+    meshes = [Mesh(api, objects.read(objects.Attempt, attempt), probe_bytes=PROBE_BYTES) for attempt in attempts[:2]]
     try:
         async with asyncio.timeout(BOUND):
             results = await asyncio.gather(*(start(mesh) for mesh in meshes), return_exceptions=True)
@@ -119,7 +120,7 @@ async def test_a_member_that_ended_fails_the_others_naming_it(api: Client, names
 
 async def test_a_cancelled_assembly_stops_listening(api: Client, namespace: str) -> None:
     attempts = await make_gang(api, namespace, 2)
-    mesh = Mesh(api, attempts[0], probe_bytes=PROBE_BYTES)
+    mesh = Mesh(api, objects.read(objects.Attempt, attempts[0]), probe_bytes=PROBE_BYTES)
     task = start(mesh)
     address = await registered(api, namespace, attempts[0]["metadata"]["name"])
     host, port = address.rsplit(":", 1)
@@ -137,14 +138,14 @@ async def test_a_cancelled_assembly_stops_listening(api: Client, namespace: str)
 async def test_an_unreachable_peer_fails_the_prober_which_reports_it(api: Client, namespace: str) -> None:
     attempts = await make_gang(api, namespace, 2)
     names = [attempt["metadata"]["name"] for attempt in attempts]
-    gone = Mesh(api, attempts[1], probe_bytes=PROBE_BYTES)
+    gone = Mesh(api, objects.read(objects.Attempt, attempts[1]), probe_bytes=PROBE_BYTES)
     leaving = start(gone)
     address = await registered(api, namespace, names[1])
     leaving.cancel()  # its endpoint closes, its registration stays
     with pytest.raises(asyncio.CancelledError):
         await leaving
 
-    prober = Mesh(api, attempts[0], probe_bytes=PROBE_BYTES)
+    prober = Mesh(api, objects.read(objects.Attempt, attempts[0]), probe_bytes=PROBE_BYTES)
     try:
         async with asyncio.timeout(BOUND):
             with pytest.raises(MeshFailed) as failed:

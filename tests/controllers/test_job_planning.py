@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nodus.apimachinery import units, workloads
+from nodus.apis.v1 import labels
 from nodus.controllers.jobs import planning, ranges
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -31,7 +32,7 @@ def make_job(phase: str = "Queued", **spec: Any) -> dict[str, Any]:
             "namespace": "p",
             "uid": "job-uid",
             "generation": 1,
-            "finalizers": [planning.FINALIZER],
+            "finalizers": [labels.STOP_ATTEMPTS],
         },
         "spec": {
             "image": "python:3.12",
@@ -226,7 +227,7 @@ def test_ttl_deletes_a_finished_job() -> None:
 
 def test_a_restart_request_stops_running_attempts_once() -> None:
     job = make_job()
-    job["metadata"]["annotations"] = {planning.RESTART_ANNOTATION: "2026-11-29T11:00:00Z"}
+    job["metadata"]["annotations"] = {labels.RESTART_REQUESTED_AT: "2026-11-29T11:00:00Z"}
     decided = planning.plan(job, [make_attempt(0, 1, "Running")], NOW)
     assert [why for _, why in decided.stop] == ["Restart"]
     assert decided.status["handledRequests"] == {"restart": "2026-11-29T11:00:00Z"}

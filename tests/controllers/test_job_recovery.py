@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from nodus.apimachinery import units
-from nodus.controllers.jobs import planning, recovering
+from nodus.apis.v1 import labels
+from nodus.controllers.jobs import planning
 from tests.controllers.test_job_planning import NOW, make_attempt, make_job, names
 
 MANIFEST = "sha256:" + "a" * 64
@@ -160,7 +161,7 @@ def test_three_failed_suspend_checkpoints_keep_the_job_running_with_suspend_fail
 
 def test_a_requested_checkpoint_reaches_running_attempts_once() -> None:
     job = make_job("Running")
-    job["metadata"]["annotations"] = {recovering.CHECKPOINT_ANNOTATION: "2026-11-29T11:59:00Z"}
+    job["metadata"]["annotations"] = {labels.CHECKPOINT_REQUESTED_AT: "2026-11-29T11:59:00Z"}
     running = make_attempt(0, 1, "Running", startTime=at(100))
     decided = planning.plan(job, [running], NOW)
     assert [patch for _, patch in decided.patch] == [{"checkpointRequest": "2026-11-29T11:59:00Z"}]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from nodus.apimachinery import estimates, workloads
+from nodus.apis.v1 import labels, objects
+from nodus.apis.v1.jobstatus import ImageStatus
 from nodus.controllers.jobs import pinning, reporting
 
 Object = dict[str, Any]
@@ -41,12 +43,15 @@ def attempt_for(
 ) -> Object:
     """The Attempt that runs ``index`` for the ``number``-th time: everything the agent needs, pinned, and
     what it starts from (``carried``: the checkpoint to restore or the progress cursor)."""
-    meta, spec = job["metadata"], job.get("spec") or {}
+    read = objects.read(objects.Job, job)
+    meta = read.metadata
+    # The copied fields go as the Job stores them (JSON), never re-serialised from the view.
+    spec: Object = job["spec"]
     pinned = {key: spec[key] for key in _COPIED if spec.get(key) is not None}
     pinned.update(carried or {})
-    image = spec.get("image") or spec.get("imageRef")
+    image = read.spec.image or read.spec.image_ref
     if image:
-        pinned["image"] = pinned_image(str(image), (job.get("status") or {}).get("image") or {})
+        pinned["image"] = pinned_image(image, read.status.image)
     if pins is not None:
         pinned.update(pins.attempt())
     source = reporting.pinned_source(spec, job.get("status") or {})
@@ -59,32 +64,32 @@ def attempt_for(
         "apiVersion": "nodus.dev/v1",
         "kind": "Attempt",
         "metadata": {
-            "name": f"{meta['name']}-{index}-{number}",
-            "namespace": meta["namespace"],
+            "name": f"{meta.name}-{index}-{number}",
+            "namespace": meta.namespace,
             "labels": {
-                "nodus.dev/job": meta["name"],
-                "nodus.dev/index": str(index),
+                labels.JOB: meta.name,
+                labels.INDEX: str(index),
                 workloads.LABEL: workloads.signature(spec),
             },
             "ownerReferences": [
                 {
                     "apiVersion": "nodus.dev/v1",
                     "kind": "Job",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
+                    "name": meta.name,
+                    "uid": meta.uid,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
             ],
         },
-        "spec": {"job": meta["name"], "jobUID": meta["uid"], "index": index, "number": number, **pinned},
+        "spec": {"job": meta.name, "jobUID": meta.uid, "index": index, "number": number, **pinned},
     }
 
 
-def pinned_image(reference: str, image_status: Object) -> str:
+def pinned_image(reference: str, image_status: ImageStatus | None) -> str:
     """``reference`` at the digest the Job pinned (``name:tag@sha256:...``: the agent pulls the digest, the tag stays
     for people), or as written while no agent has resolved it yet (ADR 0042)."""
-    digest = image_status.get("digest")
+    digest = image_status.digest if image_status is not None else None
     if not digest or "@" in reference:
         return reference
     return f"{reference}@{digest}"

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from nodus.controllers.jobs import conditions
+from nodus.controllers.jobs.slots import view
 
 Object = dict[str, Any]
 
@@ -22,16 +23,15 @@ WAITS_FOR_MONEY = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExc
 def report(status: Object, live: list[Object], now: datetime) -> None:
     """DECISIONS 15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
     waits; the Job says so (``Funded``)."""
-    waiting = [a for a in live if (a.get("status") or {}).get("reason") in WAITS_FOR_MONEY]
+    waiting = [s for a in live if (s := view(a).status).reason is not None and s.reason in WAITS_FOR_MONEY]
     # Running attempts whose holds could not be extended stop at their funded edge: the earliest is the Job's.
-    edges = sorted(str(a["status"]["stopByTime"]) for a in waiting if (a.get("status") or {}).get("stopByTime"))
+    edges = sorted(s.stop_by_time for s in waiting if s.stop_by_time)
     if edges:
         status["stopByTime"] = edges[0]
     else:
         status.pop("stopByTime", None)
     if waiting:
-        attempt_status = waiting[0].get("status") or {}
-        reason, message = str(attempt_status["reason"]), str(attempt_status.get("message") or "")
+        reason, message = str(waiting[0].reason), waiting[0].message or ""
         if edges:
             message = f"{message}; running attempts stop at {edges[0]} unless funds are added"
         conditions.set(status, "Funded", "False", reason, message, now)

@@ -20,6 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import imagerefs, statusreasons, units
+from nodus.apis.v1 import labels, objects, phases
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.apis.v1.jobstatus import ImageStatus
 from nodus.controllers.jobs import (
     conditions,
     funding,
@@ -34,13 +37,10 @@ from nodus.controllers.jobs import (
 )
 from nodus.controllers.jobs.attempts import attempt_for
 from nodus.controllers.jobs.gangplanning import TimeScales
-from nodus.controllers.jobs.slots import BOUND, Slots, phase
+from nodus.controllers.jobs.slots import BOUND, Slots, number_of, phase_of, view
 
 Object = dict[str, Any]
 
-FINALIZER = "nodus.dev/stop-attempts"
-RESTART_ANNOTATION = "nodus.dev/restart-requested-at"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 STOP_GRACE_SECONDS = 30
 # An attempt that failed for one of these reasons would fail the same way again: the Job fails at once.
 PERMANENT_REASONS = frozenset(
@@ -91,82 +91,87 @@ def plan(
     lookup: pinning.Lookup | None = None,
     scales: TimeScales | None = None,
 ) -> Plan:
-    """Decide for ``job``; ``lookup`` finds the objects its data plane names (none: no such objects)."""
+    """Decide for ``job``; ``lookup`` finds the objects its data plane names (none: no such objects).
+
+    ``job`` and ``attempts`` are the stored objects as JSON: they are read through their typed views, and the
+    attempts to stop or patch are these very objects (the reconciler writes them with their resourceVersion)."""
     result = _plan(job, attempts, now, lookup or _nothing, scales or TimeScales())
-    spec = job.get("spec") or {}
-    if gangs.is_gang(spec):
+    if gangs.is_gang(job["spec"]):
         epochs = gangs.epochs_of(attempts)
         gang_phase = gangplanning.gang_phase(str(result.status.get("phase") or "Pending"), attempts)
         gangreporting.report(result.status, epochs[-1] if epochs else None, epochs, gang_phase)
     return result
 
 
-def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup, scales: TimeScales) -> Plan:
-    spec: Object = job.get("spec") or {}
-    meta: Object = job.get("metadata") or {}
-    status = copy.deepcopy(job.get("status") or {})
-    status["observedGeneration"] = meta.get("generation", 1)
-    gang = gangs.is_gang(spec)
+def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup, scales: TimeScales) -> Plan:
+    job = objects.read(objects.Job, obj)
+    spec, meta = job.spec, job.metadata
+    # The Job's spec as stored, for the planning modules that read JSON (pinning, reporting and the gang's).
+    wire_spec: Object = obj["spec"]
+    generation = meta.generation or 1  # the server numbers generations from 1
+    status = copy.deepcopy(obj.get("status") or {})
+    status["observedGeneration"] = generation
+    gang = gangs.is_gang(wire_spec)
     # Every rank attempt is stopped, billed and reported; a gang's epochs are counted as single runs.
     raw = Slots.of(attempts)
     slots = Slots.of(gangs.representatives(attempts)) if gang else raw
     result = Plan(status=status)
-    has_finalizer = FINALIZER in (meta.get("finalizers") or [])
+    has_finalizer = labels.STOP_ATTEMPTS in meta.finalizers
     live = raw.live()
 
-    if meta.get("deletionTimestamp"):
+    if meta.deletion_timestamp:
         result.stop = [(a, "Deleted") for a in live]
         result.remove_finalizer = has_finalizer and not live
         return result
 
-    _count(status, spec, slots, raw)
-    reporting.collect(status, spec, raw, now)
+    _count(status, spec, slots, raw, job.status.image)
+    reporting.collect(status, wire_spec, raw, now)
     recovering.report(status, slots)
-    if status.get("phase") in TERMINAL_PHASES:
-        result.stop = [(a, str(status.get("reason") or "Superseded")) for a in live]
+    if job.status.phase in phases.JOB_FINISHED:
+        result.stop = [(a, job.status.reason or "Superseded") for a in live]
         result.remove_finalizer = has_finalizer and not live
-        _ttl(result, spec, status, now)
+        _ttl(result, spec, job.status.completion_time, now)
         retained_until = recovering.retention_end(spec, status)
         if retained_until is not None and now < retained_until and status.get("checkpoint"):
             result.wake_at(now, retained_until)  # the kept checkpoints leave status.storage then
         return result
 
-    if status.get("phase", "Pending") == "Pending":
+    if (job.status.phase or "Pending") == "Pending":
         unsupported = _not_yet_placed(spec)
         if unsupported:
             return _finish(result, raw, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
-        pinned = pinning.pin(spec, lookup)
+        pinned = pinning.pin(wire_spec, lookup)
         if isinstance(pinned, pinning.Blocked):
-            return _blocked(result, raw, now, pinned, meta)
+            return _blocked(result, raw, now, pinned, generation)
         status.update(pinned.status())
-        _admit(status, spec, meta, now)
+        _admit(status, spec, generation, now)
         result.add_finalizer = not has_finalizer
     elif not has_finalizer:
         result.add_finalizer = True
 
-    requested = (meta.get("annotations") or {}).get(RESTART_ANNOTATION)
-    handled = status.setdefault("handledRequests", {})
+    requested = meta.annotations.get(labels.RESTART_REQUESTED_AT)
+    # The requests handled so far, as this status will record them.
+    handled: dict[str, str] = status.setdefault("handledRequests", {})
     if requested and handled.get("restart") != requested:
         handled["restart"] = requested
         result.stop = [(a, "Restart") for a in live]
-        result.checkpoint_first = recovering.continuity(spec) == "Checkpointed"
+        result.checkpoint_first = spec.recovery.continuity == "Checkpointed"
         return result
     if not handled:
         status.pop("handledRequests")
 
-    state = spec.get("state", "Running")
-    if state == "Cancelled":
+    if spec.state == "Cancelled":
         return _finish(result, raw, now, "Cancelled", "Cancelled", "The Job was cancelled.")
 
     _timeout_clock(status, spec, slots, now)
     deadline = units.time_or_none(status.get("timeoutTime"))
-    if deadline is not None and state != "Suspended":
+    if deadline is not None and spec.state != "Suspended":
         if now >= deadline:
-            message = f"The Job ran longer than spec.timeout {spec.get('timeout')}."
+            message = f"The Job ran longer than spec.timeout {spec.timeout}."
             return _finish(result, raw, now, "Failed", "DeadlineExceeded", message)
         result.wake_at(now, deadline)
 
-    if state == "Suspended":
+    if spec.state == "Suspended":
         suspension = suspending.suspend(status, spec, live, now)
         result.stop, result.checkpoint_first = suspension.stops, suspension.checkpoint_first
         result.stop_deadline = suspension.deadline
@@ -177,53 +182,51 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
     if queue_deadline is not None:
         if now >= queue_deadline:
             waiting = _unschedulable_message(live)
-            message = f"No capacity within spec.placement.queueTimeout {spec['placement']['queueTimeout']}. {waiting}"
+            message = f"No capacity within spec.placement.queueTimeout {spec.placement.queue_timeout}. {waiting}"
             return _finish(result, raw, now, "Failed", "CapacityUnavailable", message.strip())
         result.wake_at(now, queue_deadline)
 
-    backoff_limit = int(spec.get("backoffLimit", 6))
     permanent = _permanent_failure(raw)
     if permanent is not None:
         return _finish(result, raw, now, "Failed", *permanent)
-    if slots.failed > backoff_limit:
+    if slots.failed > spec.backoff_limit:
         last = slots.last_failed()
-        detail = str(((last or {}).get("status") or {}).get("message") or "")
-        message = f"{slots.failed} attempts failed; backoffLimit is {backoff_limit}. Last failure: {detail}".strip()
-        return _finish(result, raw, now, "Failed", "BackoffLimitExceeded", message)
+        detail = (view(last).status.message or "") if last is not None else ""
+        message = f"{slots.failed} attempts failed; backoffLimit is {spec.backoff_limit}. Last failure: {detail}"
+        return _finish(result, raw, now, "Failed", "BackoffLimitExceeded", message.strip())
 
-    completions = int(spec.get("completions", 1))
-    max_lost = int((spec.get("recovery") or {}).get("maxAttempts", 3))
+    completions = spec.completions
+    max_lost = spec.recovery.max_attempts
     progress = recovering.min_progress(spec)
     for index in range(completions):
         slot = slots.slot(index)
         lost = recovering.counted_losses(slot, progress)
         if not slot.succeeded and not slot.live and lost >= max_lost:
-            threshold = (spec.get("recovery") or {}).get("minProgressDuration") or "2m"
             message = (
-                f"Index {index} lost its capacity {lost} times before running {threshold}; "
+                f"Index {index} lost its capacity {lost} times before running {spec.recovery.min_progress_duration}; "
                 f"recovery.maxAttempts is {max_lost}."
             )
             return _finish(result, raw, now, "Failed", "RecoveryExhausted", message)
-    if (spec.get("recovery") or {}).get("onInterruption") == "Fail":
+    if spec.recovery.on_interruption == "Fail":
         lost_attempt = recovering.interrupted(slots)
         if lost_attempt is not None:
-            why = str((lost_attempt.get("status") or {}).get("reason") or "NodeLost")
+            lost_view = view(lost_attempt)
             message = (
-                f"Attempt {lost_attempt['metadata']['name']} lost its capacity ({why}) and "
+                f"Attempt {lost_view.metadata.name} lost its capacity ({lost_view.status.reason or 'NodeLost'}) and "
                 "spec.recovery.onInterruption is Fail."
             )
             return _finish(result, raw, now, "Failed", "Interrupted", message)
 
     if gang:
-        exhausted = gangplanning.assembly_exhausted(spec, attempts)
+        exhausted = gangplanning.assembly_exhausted(wire_spec, attempts)
         if exhausted is not None:
             return _finish(result, raw, now, "Failed", *exhausted)
     if len(slots.succeeded_indexes()) >= completions:
         return _finish(result, raw, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded.")
 
-    indexes = _indexes_to_start(slots, completions, int(spec.get("parallelism", 1)))
+    indexes = _indexes_to_start(slots, completions, spec.parallelism)
     if indexes:
-        pins = pinning.pin(spec, lookup, status)
+        pins = pinning.pin(wire_spec, lookup, status)
         if isinstance(pins, pinning.Blocked):
             if pins.final:
                 return _finish(result, raw, now, "Failed", pins.reason, pins.message)
@@ -231,17 +234,18 @@ def _plan(job: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             _derive_phase(status, slots, live, False)
             return result
         result.create = [
-            attempt_for(job, index, slots.slot(index).next_number, pins, recovering.carried(spec, slots.slot(index)))
+            attempt_for(obj, index, slots.slot(index).next_number, pins, recovering.carried(spec, slots.slot(index)))
             for index in indexes
         ]
         if gang:
-            result.create = gangplanning.start_epoch(result.create[0], spec, attempts, slots.slot(0).next_number)
-    result.patch += recovering.requests(job, live, handled.get("checkpoint") if gang else None)
-    if any(patch.get("checkpointRequest") for _, patch in result.patch):
-        handled["checkpoint"] = (meta.get("annotations") or {})[recovering.CHECKPOINT_ANNOTATION]
+            result.create = gangplanning.start_epoch(result.create[0], wire_spec, attempts, slots.slot(0).next_number)
+    checkpoint_patches = recovering.requests(job, live, handled.get("checkpoint") if gang else None)
+    result.patch += checkpoint_patches
+    if any("checkpointRequest" in patch for _, patch in checkpoint_patches):
+        handled["checkpoint"] = meta.annotations[labels.CHECKPOINT_REQUESTED_AT]
         status["handledRequests"] = handled
     if gang:
-        settled = gangplanning.settle(spec, attempts, now, scales)
+        settled = gangplanning.settle(wire_spec, attempts, now, scales)
         result.stop += settled.stop
         result.patch += settled.patch
         result.wake_at(now, settled.wake_at)
@@ -254,49 +258,51 @@ def _nothing(plural: str, name: str) -> Object | None:
     return None
 
 
-def _blocked(result: Plan, raw: Slots, now: datetime, blocked: pinning.Blocked, meta: Object) -> Plan:
+def _blocked(result: Plan, raw: Slots, now: datetime, blocked: pinning.Blocked, generation: int) -> Plan:
     """Admission cannot pin what the Job reads: it fails, or waits Pending saying for what."""
     if blocked.final:
         return _finish(result, raw, now, "Failed", blocked.reason, blocked.message)
     status = result.status
     status["phase"] = "Pending"
-    conditions.set(status, "Admitted", "False", blocked.reason, blocked.message, now, meta.get("generation"))
+    conditions.set(status, "Admitted", "False", blocked.reason, blocked.message, now, generation)
     conditions.explain(status, blocked.reason, blocked.message)
     return result
 
 
 def _permanent_failure(slots: Slots) -> tuple[str, str] | None:
-    for attempt in _all(slots):
-        attempt_status = attempt.get("status") or {}
-        if phase(attempt) == "Failed" and attempt_status.get("reason") in PERMANENT_REASONS:
-            return str(attempt_status["reason"]), str(attempt_status.get("message") or "")
-        stop = (attempt.get("spec") or {}).get("stop") or {}
-        if phase(attempt) == "Stopped" and stop.get("reason") in PERMANENT_REASONS:
-            return str(stop["reason"]), statusreasons.get(str(stop["reason"])).summary
+    for attempt in slots.all():
+        read = view(attempt)
+        reason = read.status.reason
+        if read.status.phase == "Failed" and reason is not None and reason in PERMANENT_REASONS:
+            return reason, read.status.message or ""
+        stop = read.spec.stop
+        if read.status.phase == "Stopped" and stop is not None and stop.reason in PERMANENT_REASONS:
+            return stop.reason, statusreasons.get(stop.reason).summary
     return None
 
 
-def _count(status: Object, spec: Object, slots: Slots, raw: Slots) -> None:
+def _count(status: Object, spec: JobSpec, slots: Slots, raw: Slots, image: ImageStatus | None) -> None:
+    """The counts, times and placement ``status`` reports, from the attempts; ``image`` is the Job's as stored."""
     succeeded = slots.succeeded_indexes()
     status["succeeded"] = len(succeeded)
     status["failed"] = slots.failed
     status["active"] = len(raw.live())
     status["completedIndexes"] = ranges.compress(succeeded)
-    numbers = [int((a.get("spec") or {}).get("number", 1)) for a in slots.live()]
+    numbers = [number_of(a) for a in slots.live()]
     last = max((s.last for s in slots.by_index.values() if s.last), key=_created, default=None)
-    current = max(numbers, default=int((last or {}).get("spec", {}).get("number", 0)) or None)
-    counts: Object = {"total": raw.total, "max": int((spec.get("recovery") or {}).get("maxAttempts", 3))}
+    current = max(numbers, default=(number_of(last) if last is not None else 0) or None)
+    counts: Object = {"total": raw.total, "max": spec.recovery.max_attempts}
     if current:
         counts["current"] = current
     status["attempts"] = counts
-    started = [s for a in _all(slots) if (s := (a.get("status") or {}).get("startTime"))]
+    started = [s for a in slots.all() if (s := view(a).status.start_time)]
     if started and not status.get("startTime"):
         status["startTime"] = min(started)
-    _pin_image(status, slots)
-    placed = [a for a in _all(slots) if (a.get("status") or {}).get("placement")]
+    _pin_image(status, image, slots)
+    placed = [a for a in slots.all() if view(a).status.placement is not None]
     if placed:
-        newest = max(placed, key=_created)
-        placement = (newest.get("status") or {})["placement"]
+        # Copied as the attempt stores it.
+        placement: Object = max(placed, key=_created)["status"]["placement"]
         status["placement"] = {
             k: placement[k]
             for k in ("offering", "regionClass", "interruptible", "rateUSDPerHour", "warmReuse")
@@ -304,41 +310,39 @@ def _count(status: Object, spec: Object, slots: Slots, raw: Slots) -> None:
         }
 
 
-def _pin_image(status: Object, slots: Slots) -> None:
+def _pin_image(status: Object, image: ImageStatus | None, slots: Slots) -> None:
     """The first digest an agent resolved for the Job's image becomes the Job's (``status.image.digest``): every
     later attempt pulls that digest, so a tag moved meanwhile never changes what a replacement runs (ADR 0042)."""
-    image = status.get("image")
-    if not isinstance(image, dict) or (image.get("digest") and image.get("user")):
+    if image is None or (image.digest and image.user):
         return
-    resolved = [a for a in _all(slots) if ((a.get("status") or {}).get("image") or {}).get("digest")]
+    resolved = [(_created(a), seen) for a in slots.all() if (seen := view(a).status.image) is not None and seen.digest]
     if resolved:
-        first = min(resolved, key=_created)
-        seen = (first.get("status") or {})["image"]
-        status["image"] = {**image, "digest": image.get("digest") or seen["digest"], "user": seen.get("user")}
+        _, seen = min(resolved, key=lambda found: found[0])
+        status["image"] = {**status["image"], "digest": image.digest or seen.digest, "user": seen.user}
 
 
-def _admit(status: Object, spec: Object, meta: Object, now: datetime) -> None:
+def _admit(status: Object, spec: JobSpec, generation: int, now: datetime) -> None:
     status["phase"] = "Queued"
-    image = spec.get("image") or spec.get("imageRef")
+    image = spec.image or spec.image_ref
     if image:
         status["image"] = {"reference": image}
         try:
-            digest = imagerefs.parse(str(image)).digest
+            digest = imagerefs.parse(image).digest
         except imagerefs.InvalidReference:
             digest = None
         if digest:
             status["image"]["digest"] = digest
-    conditions.set(status, "Admitted", "True", "Admitted", "Admitted.", now, meta.get("generation"))
+    conditions.set(status, "Admitted", "True", "Admitted", "Admitted.", now, generation)
 
 
-def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) -> None:
+def _timeout_clock(status: Object, spec: JobSpec, slots: Slots, now: datetime) -> None:
     """Start the timeout clock at the first Provisioning and keep ``timeoutTime`` in step with the spec."""
     if not status.get("timeoutStartTime"):
-        scheduled = [s for a in _all(slots) if (s := (a.get("status") or {}).get("scheduledTime"))]
+        scheduled = [s for a in slots.all() if (s := view(a).status.scheduled_time)]
         if not scheduled:
             return
         status["timeoutStartTime"] = min(scheduled)
-    if not spec.get("timeout"):
+    if not spec.timeout:
         status.pop("timeoutTime", None)
         return
     start = units.parse_time(status["timeoutStartTime"])
@@ -346,13 +350,13 @@ def _timeout_clock(status: Object, spec: Object, slots: Slots, now: datetime) ->
     since = suspending.suspended_since(status)
     if since is not None:
         suspended += max(now - since, timedelta(0))
-    status["timeoutTime"] = units.format_time(start + units.parse_duration(spec["timeout"]) + suspended)
+    status["timeoutTime"] = units.format_time(start + units.parse_duration(spec.timeout) + suspended)
 
 
-def _queue_deadline(status: Object, spec: Object) -> datetime | None:
+def _queue_deadline(status: Object, spec: JobSpec) -> datetime | None:
     if status.get("timeoutStartTime"):
         return None
-    timeout = units.parse_duration((spec.get("placement") or {}).get("queueTimeout") or "24h")
+    timeout = units.parse_duration(spec.placement.queue_timeout)
     admitted = conditions.get(status, "Admitted")
     since = units.time_or_none((admitted or {}).get("lastTransitionTime"))
     if not timeout or since is None:
@@ -390,14 +394,14 @@ def _indexes_to_start(slots: Slots, completions: int, parallelism: int) -> list[
 
 
 def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bool) -> None:
-    phases = {phase(a) for a in live}
+    running = {phase_of(a) for a in live}
     recovering = any(slot.recovering for slot in slots.by_index.values())
     # Once the Job has run, the gap between one index ending and the next starting is still Running:
     # "Provisioning" and "Queued" are for capacity not there yet, "Recovering" for capacity lost.
-    if "Running" in phases or (status.get("startTime") and not recovering and (live or creating)):
+    if "Running" in running or (status.get("startTime") and not recovering and (live or creating)):
         status["phase"] = "Running"
         conditions.explain(status, None, None)
-    elif phases & BOUND:
+    elif running & BOUND:
         status["phase"] = "Recovering" if recovering else "Provisioning"
         conditions.explain(status, None, None)
     elif live or creating:
@@ -409,32 +413,28 @@ def _derive_phase(status: Object, slots: Slots, live: list[Object], creating: bo
 
 def _unschedulable_message(live: list[Object]) -> str:
     for attempt in live:
-        attempt_status = attempt.get("status") or {}
-        if attempt_status.get("reason") == "Unschedulable" and attempt_status.get("message"):
-            return str(attempt_status["message"])
+        attempt_status = view(attempt).status
+        if attempt_status.reason == "Unschedulable" and attempt_status.message:
+            return attempt_status.message
     return ""
 
 
-def _ttl(result: Plan, spec: Object, status: Object, now: datetime) -> None:
-    ttl = spec.get("ttlSecondsAfterFinished")
-    finished = units.time_or_none(status.get("completionTime"))
+def _ttl(result: Plan, spec: JobSpec, completion_time: str | None, now: datetime) -> None:
+    ttl = spec.ttl_seconds_after_finished
+    finished = units.time_or_none(completion_time)
     if ttl is None or finished is None or result.stop:
         return
-    deadline = finished + timedelta(seconds=int(ttl))
+    deadline = finished + timedelta(seconds=ttl)
     if now >= deadline:
         result.delete_job = True
     else:
         result.wake_at(now, deadline)
 
 
-def _not_yet_placed(spec: Object) -> list[str]:
+def _not_yet_placed(spec: JobSpec) -> list[str]:
     """Bring-your-own-cloud pools are placed by a later release."""
-    return ["placement.pool"] if (spec.get("placement") or {}).get("pool") else []
-
-
-def _all(slots: Slots) -> list[Object]:
-    return [a for s in slots.by_index.values() for a in s.attempts]
+    return ["placement.pool"] if spec.placement.pool else []
 
 
 def _created(attempt: Object) -> tuple[str, int]:
-    return (str((attempt.get("metadata") or {}).get("creationTimestamp") or ""), int(attempt["spec"].get("number", 1)))
+    return (view(attempt).metadata.creation_timestamp or "", number_of(attempt))

@@ -14,11 +14,13 @@ import logging
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 from nodus.controllers.jobs import planning
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
+from nodus.controllers.jobs.slots import view
 from nodus.controllers.manager import Result
 
 Object = dict[str, Any]
@@ -31,15 +33,16 @@ REFERENCED = ("secrets", "volumes", "connections", "jobs")
 
 
 def job_uid_of(attempt: Object) -> list[str]:
-    uid = (attempt.get("spec") or {}).get("jobUID")
-    return [uid] if isinstance(uid, str) else []
+    """Index of Attempts by the uid of their Job."""
+    return [view(attempt).spec.job_uid]
 
 
 def waiting_in(job: Object) -> list[str]:
     """Index of Jobs not admitted yet, by project: they wait for objects that may appear."""
-    if (job.get("status") or {}).get("phase", "Pending") != "Pending":
+    read = objects.read(objects.Job, job)
+    if (read.status.phase or "Pending") != "Pending":
         return []
-    return [str(job["metadata"].get("namespace") or "")]
+    return [read.metadata.namespace or ""]
 
 
 class JobReconciler:
@@ -69,12 +72,13 @@ class JobReconciler:
         if job is None:
             self._written.pop(key, None)
             return None
+        meta = objects.read(objects.Job, job).metadata
         written = self._written.get(key)
-        if written is not None and int(job["metadata"]["resourceVersion"]) < written:
+        if written is not None and int(meta.resource_version) < written:
             # The cache has not caught up with our own last write: acting on it would be refused as
             # stale (409). The watch event of that write brings this key back.
             return Result(requeue_after=1.0)
-        attempts = self._attempts.by_index(JOB_UID_INDEX, job["metadata"]["uid"])
+        attempts = self._attempts.by_index(JOB_UID_INDEX, meta.uid)
         informers = self._referenced
 
         def lookup(plural: str, other: str) -> Object | None:
@@ -99,8 +103,8 @@ class JobReconciler:
             )
         for attempt, spec_patch in decided.patch:
             with contextlib.suppress(errors.NotFound):
-                meta = attempt["metadata"]
-                await self._client.patch("attempts", meta["name"], {"spec": spec_patch}, meta["namespace"])
+                attempt_meta = view(attempt).metadata
+                await self._client.patch("attempts", attempt_meta.name, {"spec": spec_patch}, attempt_meta.namespace)
         current = job
         if decided.status != (job.get("status") or {}):
             current = await self._client.update(
@@ -109,22 +113,20 @@ class JobReconciler:
         if decided.add_finalizer or decided.remove_finalizer:
             current = await self._set_finalizer(current, add=decided.add_finalizer)
         if current is not job:
-            self._written[key] = int(current["metadata"]["resourceVersion"])
+            self._written[key] = int(objects.read(objects.Job, current).metadata.resource_version)
         if decided.delete_job:
             log.info("deleting job %s/%s: ttlSecondsAfterFinished passed", namespace, name)
             with contextlib.suppress(errors.NotFound):
-                await self._client.delete(
-                    "jobs", name, namespace, propagation_policy="Background", uid=job["metadata"]["uid"]
-                )
+                await self._client.delete("jobs", name, namespace, propagation_policy="Background", uid=meta.uid)
         return Result(requeue_after=decided.requeue_after) if decided.requeue_after is not None else None
 
     async def _set_finalizer(self, job: Object, *, add: bool) -> Object:
-        finalizers = [f for f in job["metadata"].get("finalizers") or [] if f != planning.FINALIZER]
+        meta = objects.read(objects.Job, job).metadata
+        finalizers = [f for f in meta.finalizers if f != labels.STOP_ATTEMPTS]
         if add:
-            finalizers.append(planning.FINALIZER)
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": job["metadata"]["resourceVersion"]}}
-        meta = job["metadata"]
-        return await self._client.patch("jobs", meta["name"], patch, meta["namespace"])
+            finalizers.append(labels.STOP_ATTEMPTS)
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}}
+        return await self._client.patch("jobs", meta.name, patch, meta.namespace)
 
 
 async def stop_attempt(
@@ -140,19 +142,21 @@ async def stop_attempt(
     """Ask an attempt to stop. One that no host has taken yet is simply marked Stopped; a host's
     agent is asked through ``spec.stop`` and reports ``Stopped`` after SIGTERM (and SIGKILL). With
     ``checkpoint`` a running attempt's agent takes a checkpoint first (until ``deadline``, if given)."""
-    meta, spec = attempt["metadata"], attempt.get("spec") or {}
-    if spec.get("stop"):
+    read = view(attempt)
+    meta, spec = read.metadata, read.spec
+    if spec.stop is not None:
         return
     now = requested_time or units.format_time(units.now())
-    unstarted = (attempt.get("status") or {}).get("phase") in ("Pending", "Provisioning")
-    if spec.get("gang") and unstarted and (not spec.get("node") or reason in ASSEMBLY_REASONS):
+    unstarted = read.status.phase in ("Pending", "Provisioning")
+    on_host = bool(spec.node)
+    if spec.gang is not None and unstarted and (not on_host or reason in ASSEMBLY_REASONS):
         # A gang rank's stop reason is what its epoch is read by (``gangs.Epoch.outcome``), so it is noted in
         # the spec even when no host took it. One whose host has not started it and may never (a host that
         # never registers) is over now too, so the gang can be placed again; a late agent sees the stop.
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"stop": {"reason": reason}}}
-        attempt = await client.patch("attempts", meta["name"], patch, meta["namespace"])
-        spec = {}
-    if not spec.get("node"):
+        patch = {"metadata": {"resourceVersion": meta.resource_version}, "spec": {"stop": {"reason": reason}}}
+        attempt = await client.patch("attempts", meta.name, patch, meta.namespace)
+        on_host = False
+    if not on_host:
         status = {
             **(attempt.get("status") or {}),
             "phase": "Stopped",
@@ -160,12 +164,12 @@ async def stop_attempt(
             "message": f"Stopped before it started ({reason}).",
             "finishTime": now,
         }
-        await client.update("attempts", {**attempt, "status": status}, meta["namespace"], subresource="status")
+        await client.update("attempts", {**attempt, "status": status}, meta.namespace, subresource="status")
         return
     stop: Object = {"reason": reason, "gracePeriodSeconds": grace_seconds, "requestedTime": now}
-    if checkpoint and (attempt.get("status") or {}).get("phase") == "Running":
+    if checkpoint and read.status.phase == "Running":
         stop["checkpoint"] = True
         if deadline is not None:
             stop["deadline"] = deadline
-    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"stop": stop}}
-    await client.patch("attempts", meta["name"], patch, meta["namespace"])
+    patch = {"metadata": {"resourceVersion": meta.resource_version}, "spec": {"stop": stop}}
+    await client.patch("attempts", meta.name, patch, meta.namespace)

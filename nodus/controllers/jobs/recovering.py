@@ -23,70 +23,75 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
-from nodus.controllers.jobs.slots import Slot, Slots, is_live, number_of, phase
+from nodus.apis.v1 import labels, objects
+from nodus.apis.v1.attempt import AttemptCheckpoint
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.controllers.jobs.slots import Slot, Slots, is_live, number_of, phase_of, view
 
 Object = dict[str, Any]
 
-CHECKPOINT_ANNOTATION = "nodus.dev/checkpoint-requested-at"
-DEFAULT_MIN_PROGRESS = "2m"
-DEFAULT_RETAIN = "168h"
 
-
-def continuity(spec: Object) -> str:
-    return str((spec.get("recovery") or {}).get("continuity") or "Checkpointed")
-
-
-def min_progress(spec: Object) -> timedelta:
-    return units.parse_duration(str((spec.get("recovery") or {}).get("minProgressDuration") or DEFAULT_MIN_PROGRESS))
+def min_progress(spec: JobSpec) -> timedelta:
+    return units.parse_duration(spec.recovery.min_progress_duration)
 
 
 def made_progress(attempt: Object, threshold: timedelta) -> bool:
     """The attempt's program ran at least ``threshold`` (from its start to its end)."""
-    status = attempt.get("status") or {}
-    started = units.time_or_none(status.get("startTime"))
-    finished = units.time_or_none(status.get("finishTime"))
+    status = view(attempt).status
+    started = units.time_or_none(status.start_time)
+    finished = units.time_or_none(status.finish_time)
     return started is not None and finished is not None and finished - started >= threshold
 
 
 def counted_losses(slot: Slot, threshold: timedelta) -> int:
     """The slot's losses that count against ``recovery.maxAttempts``: those without progress."""
-    return sum(1 for a in slot.attempts if phase(a) == "Lost" and not made_progress(a, threshold))
+    return sum(1 for a in slot.attempts if phase_of(a) == "Lost" and not made_progress(a, threshold))
+
+
+def _newest_committed(slot: Slot) -> tuple[objects.Attempt, AttemptCheckpoint] | None:
+    """The attempt of the slot that committed the newest checkpoint (highest seq), and that checkpoint."""
+    best: tuple[objects.Attempt, AttemptCheckpoint] | None = None
+    for attempt in slot.attempts:
+        read = view(attempt)
+        committed = read.status.checkpoint
+        if committed is None or not committed.manifest or not committed.seq:
+            continue
+        if best is None or committed.seq > (best[1].seq or 0):
+            best = (read, committed)
+    # (A restored checkpoint needs no second look: the attempt that committed it is in the slot too.)
+    return best
 
 
 def latest_checkpoint(slot: Slot) -> Object | None:
     """The newest committed checkpoint of the slot, as a ``CheckpointRef`` (seq, manifest, size, time, attempt)."""
-    best: Object | None = None
-    for attempt in slot.attempts:
-        committed = (attempt.get("status") or {}).get("checkpoint") or {}
-        if not committed.get("manifest") or not committed.get("seq"):
-            continue
-        if best is None or int(committed["seq"]) > int(best["seq"]):
-            best = {
-                "seq": int(committed["seq"]),
-                "manifest": committed["manifest"],
-                "attempt": attempt["metadata"]["name"],
-                **{k: committed[k] for k in ("size", "time") if committed.get(k) is not None},
-            }
-    # (A restored checkpoint needs no second look: the attempt that committed it is in the slot too.)
-    return best
+    newest = _newest_committed(slot)
+    if newest is None:
+        return None
+    attempt, committed = newest
+    ref: Object = {"seq": committed.seq, "manifest": committed.manifest, "attempt": attempt.metadata.name}
+    if committed.size is not None:
+        ref["size"] = committed.size
+    if committed.time is not None:
+        ref["time"] = committed.time
+    return ref
 
 
 def latest_cursor(slot: Slot) -> str | None:
     """The newest progress cursor of the slot: reported by an attempt, else given to one."""
     for attempt in sorted(slot.attempts, key=number_of, reverse=True):
-        status, spec = attempt.get("status") or {}, attempt.get("spec") or {}
-        if status.get("resumeCursor"):
-            return str(status["resumeCursor"])
-        if spec.get("resumeCursor"):
-            return str(spec["resumeCursor"])
+        read = view(attempt)
+        if read.status.resume_cursor:
+            return read.status.resume_cursor
+        if read.spec.resume_cursor:
+            return read.spec.resume_cursor
     return None
 
 
-def carried(spec: Object, slot: Slot) -> Object:
+def carried(spec: JobSpec, slot: Slot) -> Object:
     """What a new attempt of ``slot`` starts from (``restore`` or ``resumeCursor``), and the offering it
     should avoid (``avoidOfferings``) when the previous attempt was preempted there."""
     out = _avoid(slot)
-    mode = continuity(spec)
+    mode = spec.recovery.continuity
     if mode == "Checkpointed" and (restore := latest_checkpoint(slot)) is not None:
         out["restore"] = restore
     elif mode == "Restartable" and (cursor := latest_cursor(slot)) is not None:
@@ -98,29 +103,32 @@ def _avoid(slot: Slot) -> Object:
     """Interruptible capacity being reclaimed tends to be reclaimed again: a replacement prefers elsewhere."""
     if not slot.attempts:
         return {}
-    last = max(slot.attempts, key=number_of)
-    status = last.get("status") or {}
-    offering = (status.get("placement") or {}).get("offering")
-    if phase(last) == "Lost" and status.get("reason") == "Preempted" and offering:
+    status = view(max(slot.attempts, key=number_of)).status
+    offering = status.placement.offering if status.placement is not None else None
+    if status.phase == "Lost" and status.reason == "Preempted" and offering:
         return {"avoidOfferings": [offering]}
     return {}
 
 
-def retention_end(spec: Object, status: Object) -> datetime | None:
-    """When a finished Job's checkpoints stop being kept: ``completionTime`` + ``retainAfterFinish``."""
+def retention_end(spec: JobSpec, status: Object) -> datetime | None:
+    """When a finished Job's checkpoints stop being kept: ``completionTime`` (of ``status``, the status being
+    written) + ``retainAfterFinish``."""
     finished = units.time_or_none(status.get("completionTime"))
     if finished is None:
         return None
-    policy = (spec.get("recovery") or {}).get("checkpoint") or {}
-    return finished + units.parse_duration(str(policy.get("retainAfterFinish") or DEFAULT_RETAIN))
+    return finished + units.parse_duration(spec.recovery.checkpoint.retain_after_finish)
 
 
-def retained_bytes(slots: Slots, spec: Object, status: Object, now: datetime) -> int:
-    """The bytes of the checkpoints Nodus keeps: the latest of each index, until the retention ends."""
+def retained_bytes(slots: Slots, spec: JobSpec | Object, status: Object, now: datetime) -> int:
+    """The bytes of the checkpoints Nodus keeps: the latest of each index, until the retention ends. ``spec``
+    is the Job's (its view, or the JSON ``reporting`` is given)."""
+    if isinstance(spec, dict):
+        spec = objects.read(objects.Job, {"spec": spec}).spec
     end = retention_end(spec, status)
     if end is not None and now >= end:
         return 0
-    return sum(int((latest_checkpoint(slot) or {}).get("size") or 0) for slot in slots.by_index.values())
+    newest = (_newest_committed(slot) for slot in slots.by_index.values())
+    return sum(found[1].size or 0 for found in newest if found is not None)
 
 
 def interrupted(slots: Slots) -> Object | None:
@@ -129,7 +137,7 @@ def interrupted(slots: Slots) -> Object | None:
         if slot.succeeded or slot.live or not slot.attempts:
             continue
         last = max(slot.attempts, key=number_of)
-        if phase(last) == "Lost":
+        if phase_of(last) == "Lost":
             return last
     return None
 
@@ -137,46 +145,45 @@ def interrupted(slots: Slots) -> Object | None:
 def report(status: Object, slots: Slots) -> None:
     """``status.checkpoint``: the newest committed checkpoint of the Job, the cadence in use and what the
     current attempt restored (DECISIONS: one Job-level view; per index, each Attempt has its own)."""
-    attempts = [a for s in slots.by_index.values() for a in s.attempts]
-    committed = [c for a in attempts if (c := (a.get("status") or {}).get("checkpoint") or {}).get("manifest")]
+    attempts = slots.all()
+    committed = [c for a in attempts if (c := view(a).status.checkpoint) is not None and c.manifest]
     live = [a for a in attempts if is_live(a)]
     current = max(live or attempts, key=_created, default=None)
     out: Object = {}
     if committed:
-        newest = max(committed, key=lambda c: str(c.get("time") or ""))
-        out.update({k: newest[k] for k in ("seq", "size", "time") if newest.get(k) is not None})
+        newest = max(committed, key=lambda c: c.time or "")
+        out.update(
+            {k: v for k, v in (("seq", newest.seq), ("size", newest.size), ("time", newest.time)) if v is not None}
+        )
     if current is not None:
-        interval = ((current.get("status") or {}).get("checkpoint") or {}).get("interval")
-        if interval:
-            out["interval"] = interval
-        restored = (current.get("spec") or {}).get("restore") or {}
-        if restored.get("seq"):
-            out["restoredFromSeq"] = int(restored["seq"])
+        read = view(current)
+        if read.status.checkpoint is not None and read.status.checkpoint.interval:
+            out["interval"] = read.status.checkpoint.interval
+        if read.spec.restore is not None and read.spec.restore.seq:
+            out["restoredFromSeq"] = read.spec.restore.seq
     if out:
         status["checkpoint"] = out
     else:
         status.pop("checkpoint", None)
 
 
-def requests(job: Object, live: list[Object], handled: str | None = None) -> list[tuple[Object, Object]]:
+def requests(job: objects.Job, live: list[Object], handled: str | None = None) -> list[tuple[Object, Object]]:
     """Spec patches that pass the Job's wishes on to running attempts: a requested checkpoint
     (``nodus.dev/checkpoint-requested-at``) unless it is ``handled`` already (a gang's ranks also get the
     controller's own requests, which must not bring an old one back), and an edited checkpoint ``interval``."""
-    spec = job.get("spec") or {}
-    requested = ((job.get("metadata") or {}).get("annotations") or {}).get(CHECKPOINT_ANNOTATION)
+    requested = job.metadata.annotations.get(labels.CHECKPOINT_REQUESTED_AT)
     if handled is not None and requested == handled:
         requested = None
-    interval = ((spec.get("recovery") or {}).get("checkpoint") or {}).get("interval")
+    interval = job.spec.recovery.checkpoint.interval
     out: list[tuple[Object, Object]] = []
     for attempt in live:
-        attempt_spec = attempt.get("spec") or {}
-        if attempt_spec.get("stop"):
+        attempt_spec = view(attempt).spec
+        if attempt_spec.stop is not None:
             continue
         patch: Object = {}
-        if requested and attempt_spec.get("checkpointRequest") != requested and phase(attempt) == "Running":
+        if requested and attempt_spec.checkpoint_request != requested and phase_of(attempt) == "Running":
             patch["checkpointRequest"] = requested
-        pinned = ((attempt_spec.get("recovery") or {}).get("checkpoint") or {}).get("interval")
-        if interval and attempt_spec.get("recovery") and pinned != interval:
+        if attempt_spec.recovery is not None and attempt_spec.recovery.checkpoint.interval != interval:
             patch["recovery"] = {"checkpoint": {"interval": interval}}
         if patch:
             out.append((attempt, patch))
@@ -184,4 +191,4 @@ def requests(job: Object, live: list[Object], handled: str | None = None) -> lis
 
 
 def _created(attempt: Object) -> tuple[str, int]:
-    return (str((attempt.get("metadata") or {}).get("creationTimestamp") or ""), number_of(attempt))
+    return (view(attempt).metadata.creation_timestamp or "", number_of(attempt))

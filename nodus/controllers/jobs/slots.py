@@ -1,36 +1,51 @@
 """What the attempts of one Job say about its slots: per index, what succeeded, failed, was lost, runs.
 
-A slot is one index (DECISIONS 4). Attempts are read as they are; nothing here writes. The counts
-follow DECISIONS 4: a customer failure (``Failed``) counts against ``backoffLimit`` over all indexes,
-lost capacity (``Lost``) against ``recovery.maxAttempts`` per index, and a ``Stopped`` attempt (suspend,
-restart, cancel) against neither.
+A slot is one index (DECISIONS 4). Attempts are kept as they came from the informer (the reconciler
+stops and patches them by those very objects) and read through their typed views; nothing here
+writes. The counts follow DECISIONS 4: a customer failure (``Failed``) counts against
+``backoffLimit`` over all indexes, lost capacity (``Lost``) against ``recovery.maxAttempts`` per
+index, and a ``Stopped`` attempt (suspend, restart, cancel) against neither.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
-BOUND = frozenset({"Provisioning", "Starting", "Running"})
+from nodus.apis.v1 import objects, phases
+
+BOUND: Final[frozenset[phases.AttemptPhase]] = frozenset({"Provisioning", "Starting", "Running"})
+"""An attempt in one of these phases holds capacity (the Job reads Provisioning until one runs)."""
+TERMINAL = phases.ATTEMPT_FINISHED  # for the importers outside the Job controller's core
 
 Object = dict[str, Any]
 
 
+def view(attempt: Object) -> objects.Attempt:
+    """The typed view of ``attempt`` (cached per resourceVersion, so reading it again is cheap)."""
+    return objects.read(objects.Attempt, attempt)
+
+
+def phase_of(attempt: Object) -> phases.AttemptPhase:
+    """The attempt's phase; an attempt no one has reported on yet is Pending."""
+    return view(attempt).status.phase or "Pending"
+
+
 def phase(attempt: Object) -> str:
-    return str((attempt.get("status") or {}).get("phase") or "Pending")
+    """:func:`phase_of` as a plain string, for callers that collect phases of several kinds."""
+    return phase_of(attempt)
 
 
 def is_live(attempt: Object) -> bool:
-    return phase(attempt) not in TERMINAL
+    return phase_of(attempt) not in phases.ATTEMPT_FINISHED
 
 
 def index_of(attempt: Object) -> int:
-    return int((attempt.get("spec") or {}).get("index") or 0)
+    return view(attempt).spec.index
 
 
 def number_of(attempt: Object) -> int:
-    return int((attempt.get("spec") or {}).get("number") or 1)
+    return view(attempt).spec.number
 
 
 @dataclass
@@ -42,7 +57,7 @@ class Slot:
 
     @property
     def succeeded(self) -> bool:
-        return any(phase(a) == "Succeeded" for a in self.attempts)
+        return any(phase_of(a) == "Succeeded" for a in self.attempts)
 
     @property
     def live(self) -> list[Object]:
@@ -50,7 +65,7 @@ class Slot:
 
     @property
     def lost(self) -> int:
-        return sum(1 for a in self.attempts if phase(a) == "Lost")
+        return sum(1 for a in self.attempts if phase_of(a) == "Lost")
 
     @property
     def next_number(self) -> int:
@@ -64,7 +79,7 @@ class Slot:
     def recovering(self) -> bool:
         """The slot's latest ended attempt lost its capacity and a replacement is not running yet."""
         ended = [a for a in self.attempts if not is_live(a)]
-        return bool(ended) and phase(ended[-1]) == "Lost" and not any(phase(a) == "Running" for a in self.live)
+        return bool(ended) and phase_of(ended[-1]) == "Lost" and not any(phase_of(a) == "Running" for a in self.live)
 
 
 @dataclass
@@ -80,7 +95,7 @@ class Slots:
         by_index: dict[int, Slot] = {}
         for attempt in sorted(attempts, key=lambda a: (index_of(a), number_of(a))):
             by_index.setdefault(index_of(attempt), Slot(index_of(attempt))).attempts.append(attempt)
-        failed = sum(1 for a in attempts if phase(a) == "Failed")
+        failed = sum(1 for a in attempts if phase_of(a) == "Failed")
         return cls(by_index, failed, len(attempts))
 
     def slot(self, index: int) -> Slot:
@@ -92,10 +107,14 @@ class Slots:
     def live(self) -> list[Object]:
         return [a for s in self.by_index.values() for a in s.live]
 
+    def all(self) -> list[Object]:
+        """Every attempt, index by index, oldest first."""
+        return [a for s in self.by_index.values() for a in s.attempts]
+
     def last_failed(self) -> Object | None:
-        failed = [a for s in self.by_index.values() for a in s.attempts if phase(a) == "Failed"]
+        failed = [a for a in self.all() if phase_of(a) == "Failed"]
         return max(failed, key=_finish_key, default=None)
 
 
 def _finish_key(attempt: Object) -> str:
-    return str((attempt.get("status") or {}).get("finishTime") or "")
+    return view(attempt).status.finish_time or ""

@@ -17,7 +17,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
-from nodus.controllers.jobs import conditions, recovering
+from nodus.apis.v1.jobspec import JobSpec
+from nodus.controllers.jobs import conditions
+from nodus.controllers.jobs.slots import phase_of, view
 
 Object = dict[str, Any]
 Stop = tuple[Object, str]
@@ -40,12 +42,12 @@ class Suspension:
     deadline: str | None
 
 
-def suspend(status: Object, spec: Object, live: list[Object], now: datetime) -> Suspension:
+def suspend(status: Object, spec: JobSpec, live: list[Object], now: datetime) -> Suspension:
     """Stop every live attempt, a Checkpointed Job's with a checkpoint first, by :data:`SUSPEND_DEADLINE` from
     now for the stops asked now. A checkpoint that fails is retried twice; then the attempt keeps running and
     the Job says ``SuspendFailed`` (``suspendFailures``)."""
     stops: list[Stop] = [(a, "Suspended") for a in live]
-    checkpoint_first = recovering.continuity(spec) == "Checkpointed"
+    checkpoint_first = spec.recovery.continuity == "Checkpointed"
     deadline = now + SUSPEND_DEADLINE if checkpoint_first else None
     suspension = Suspension(stops, checkpoint_first, units.format_time(deadline) if deadline else None)
     failures = max((_stop_failures(a) for a in live), default=0)
@@ -88,45 +90,44 @@ def _suspending_message(live: list[Object], checkpoint_first: bool, deadline: da
 
 
 def _checkpoints(attempt: Object, checkpoint_first: bool) -> bool:
-    stop = (attempt.get("spec") or {}).get("stop")
-    if stop:
-        return bool(stop.get("checkpoint"))
-    return checkpoint_first and (attempt.get("status") or {}).get("phase") == "Running"
+    stop = view(attempt).spec.stop
+    if stop is not None:
+        return bool(stop.checkpoint)
+    return checkpoint_first and phase_of(attempt) == "Running"
 
 
 def _stopped_by(attempt: Object, checkpoint_first: bool, deadline: datetime | None, now: datetime) -> datetime | None:
     """When ``attempt`` is gone at the latest: its stop's deadline with a checkpoint (None: an older stop without
     one), else the stop's SIGKILL; an attempt not asked yet is asked now, as :func:`suspend` asks it."""
-    spec = attempt.get("spec") or {}
-    stop = spec.get("stop")
-    if stop:
-        if stop.get("checkpoint"):
-            return units.time_or_none(stop.get("deadline"))
-        requested = units.time_or_none(stop.get("requestedTime")) or now
-        return requested + timedelta(seconds=int(stop.get("gracePeriodSeconds") or STOP_GRACE.total_seconds()))
+    spec = view(attempt).spec
+    stop = spec.stop
+    if stop is not None:
+        if stop.checkpoint:
+            return units.time_or_none(stop.deadline)
+        requested = units.time_or_none(stop.requested_time) or now
+        return requested + timedelta(seconds=stop.grace_period_seconds or STOP_GRACE.total_seconds())
     if _checkpoints(attempt, checkpoint_first):
         return deadline
-    return now + STOP_GRACE if spec.get("node") else now
+    return now + STOP_GRACE if spec.node else now
 
 
 def _stop_failures(attempt: Object) -> int:
-    return int(((attempt.get("status") or {}).get("checkpoint") or {}).get("stopFailures") or 0)
+    checkpoint = view(attempt).status.checkpoint
+    return (checkpoint.stop_failures or 0) if checkpoint is not None else 0
 
 
 def _stop_failure_message(live: list[Object]) -> str:
     for attempt in live:
-        failure = ((attempt.get("status") or {}).get("checkpoint") or {}).get("lastFailure") or {}
-        if failure.get("message"):
-            return str(failure["message"])
+        checkpoint = view(attempt).status.checkpoint
+        if checkpoint is not None and checkpoint.last_failure is not None and checkpoint.last_failure.message:
+            return checkpoint.last_failure.message
     return "no checkpoint could be taken."
 
 
 def resume(status: Object, live: list[Object], now: datetime) -> list[tuple[Object, Object]]:
     """``spec.state`` is Running: withdraw the stop of a suspend that has not stopped its attempt yet (its
     checkpoint failed, or is still being taken), and close the suspended period. Returns the spec patches."""
-    withdrawn: list[tuple[Object, Object]] = [
-        (a, {"stop": None}) for a in live if ((a.get("spec") or {}).get("stop") or {}).get("reason") == "Suspended"
-    ]
+    withdrawn: list[tuple[Object, Object]] = [(a, {"stop": None}) for a in live if _stop_reason(a) == "Suspended"]
     status.pop("suspendFailures", None)
     if (conditions.get(status, "SuspendFailed") or {}).get("status") == "True":
         conditions.set(status, "SuspendFailed", "False", "Resumed", "spec.state is Running.", now)
@@ -139,6 +140,11 @@ def resume(status: Object, live: list[Object], now: datetime) -> list[tuple[Obje
     conditions.set(status, "Suspended", "False", "Resumed", "spec.state is Running.", now)
     conditions.explain(status, None, None)
     return withdrawn
+
+
+def _stop_reason(attempt: Object) -> str | None:
+    stop = view(attempt).spec.stop
+    return stop.reason if stop is not None else None
 
 
 def suspended_since(status: Object) -> datetime | None:

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 from nodus.cloud.provider import FaultInjection, Provider
-from nodus.controllers.jobs.slots import TERMINAL
 from nodus.controllers.manager import Result
 from nodus.controllers.nodes import jointokens
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
@@ -34,7 +34,6 @@ from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.hosts")
 
-TERMINATE_AT_ANNOTATION = "nodus.dev/terminate-at"
 SIM_ACTIONS = ("preempt", "kill", "fail-boot")
 RETENTION = timedelta(minutes=2)
 
@@ -63,46 +62,48 @@ class Hosts:
 
     async def reconcile(self, key: tuple[str | None, str]) -> Result | None:
         name = key[1]
-        node = self._nodes.get(None, name)
-        if node is None:
+        obj = self._nodes.get(None, name)
+        if obj is None:
             self._registered.discard(name)
             await self._provider.terminate(name, 0)
             return None
-        if (node.get("spec") or {}).get("provider") != self._provider.name:
+        node = objects.read(objects.Node, obj)
+        if node.spec.provider != self._provider.name:
             return None  # a host someone else runs (an agent started by hand)
-        if (node.get("status") or {}).get("phase") in ("Ready", "Terminating") and not self._provider.is_up(name):
+        if node.status.phase in ("Ready", "Terminating") and not self._provider.is_up(name):
             # A new leader: take over the hosts a previous one started before injecting faults into them.
-            self._provider.adopt(node)
+            self._provider.adopt(obj)
         if self._injector is not None:
-            node = await self._faults(node, self._injector)
-        status = node.get("status") or {}
-        phase = status.get("phase")
+            obj = await self._faults(obj, self._injector)
+            node = objects.read(objects.Node, obj)
+        status = node.status
+        phase = status.phase
         now = units.now()
-        if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(node):
-            offering = self._offerings.get(None, node["spec"]["offering"])
+        if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(obj):
+            offering = self._offerings.get(None, node.spec.offering)
             if offering is None:
-                await self._set_status(node, "Failed", "BootFailed", f"Offering {node['spec']['offering']} is gone.")
+                await self._set_status(name, "Failed", "BootFailed", f"Offering {node.spec.offering} is gone.")
                 return None
-            await self._provider.boot(node, offering, await jointokens.issue(self._client, node))
+            await self._provider.boot(obj, offering, await jointokens.issue(self._client, obj))
             return None
         if phase == "Ready" and name not in self._registered:
             # The agent has its own credential now: its join token is of no more use to anyone.
-            await jointokens.revoke(self._client, node)
+            await jointokens.revoke(self._client, obj)
             self._registered.add(name)
         if phase == "Ready" and not self._provider.is_up(name):
-            self._provider.adopt(node)
+            self._provider.adopt(obj)
         if phase == "Ready" and (record := self._unrecorded(node)):
             await self._client.patch("nodes", name, {"metadata": {"annotations": record}})
             return None
         if phase == "Terminating":
-            deadline = units.time_or_none((node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION))
+            deadline = units.time_or_none(node.metadata.annotations.get(labels.TERMINATE_AT))
             if deadline is not None and now < deadline:
                 return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
             await self._provider.terminate(name, 0 if deadline is not None else 10)
             if self._live(name):
                 # The host is gone with attempts its agent never reported: they are lost with it.
-                reason = str(status.get("reason") or "NodeLost")
-                await self._set_status(node, "Lost", reason, "The host went away before its attempts ended.")
+                reason = status.reason or "NodeLost"
+                await self._set_status(name, "Lost", reason, "The host went away before its attempts ended.")
                 return None
             return await self._delete_when_done(node, now)
         if phase in ("Lost", "Failed"):
@@ -111,75 +112,78 @@ class Hosts:
             return await self._delete_when_done(node, now)
         return None
 
-    async def _delete_when_done(self, node: Object, now: Any) -> Result | None:
-        name = node["metadata"]["name"]
+    async def _delete_when_done(self, node: objects.Node, now: Any) -> Result | None:
+        name = node.metadata.name
         if self._live(name):
             return Result(requeue_after=1.0)
-        over = units.time_or_none(node["metadata"].get("creationTimestamp"))
-        for condition in (node.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "Ready":
-                over = units.time_or_none(condition.get("lastTransitionTime")) or over
-        if (node.get("status") or {}).get("phase") == "Terminating" or over is None or now >= over + RETENTION:
+        over = units.time_or_none(node.metadata.creation_timestamp)
+        for condition in node.status.conditions or ():
+            if condition.type == "Ready":
+                over = units.time_or_none(condition.last_transition_time) or over
+        if node.status.phase == "Terminating" or over is None or now >= over + RETENTION:
             with contextlib.suppress(errors.NotFound):
-                await self._client.delete("nodes", name, uid=node["metadata"]["uid"])
+                await self._client.delete("nodes", name, uid=node.metadata.uid)
             return None
         return Result(requeue_after=(over + RETENTION - now).total_seconds() + 0.05)
 
-    def _unrecorded(self, node: Object) -> dict[str, str]:
+    def _unrecorded(self, node: objects.Node) -> dict[str, str]:
         """What the provider wants recorded on ``node`` (to adopt its host later) that the Node does not carry."""
-        carried = node["metadata"].get("annotations") or {}
-        wanted = self._provider.annotations(node["metadata"]["name"])
+        carried = node.metadata.annotations
+        wanted = self._provider.annotations(node.metadata.name)
         return {key: value for key, value in wanted.items() if carried.get(key) != value}
 
     def _live(self, name: str) -> bool:
         attempts = self._attempts.by_index(RAN_ON_INDEX, name)
-        return any((a.get("status") or {}).get("phase") not in TERMINAL for a in attempts)
+        return any(objects.read(objects.Attempt, a).status.phase not in phases.ATTEMPT_FINISHED for a in attempts)
 
-    async def _faults(self, node: Object, injector: FaultInjection) -> Object:
-        annotations = node["metadata"].get("annotations") or {}
+    async def _faults(self, obj: Object, injector: FaultInjection) -> Object:
+        """Inject each fault newly requested on the Node (``obj``, as stored); returns the Node as last written."""
+        annotations = objects.read(objects.Node, obj).metadata.annotations
         for action in SIM_ACTIONS:
             value = annotations.get(requested(action))
             if not value or annotations.get(handled(action)) == value:
                 continue
-            node = await self._inject(node, action, injector)
+            obj = await self._inject(obj, action, injector)
             patch = {"metadata": {"annotations": {handled(action): value}}}
-            node = await self._client.patch("nodes", node["metadata"]["name"], patch)
-        return node
+            obj = await self._client.patch("nodes", obj["metadata"]["name"], patch)
+        return obj
 
-    async def _inject(self, node: Object, action: str, injector: FaultInjection) -> Object:
-        name = node["metadata"]["name"]
-        phase = (node.get("status") or {}).get("phase")
+    async def _inject(self, obj: Object, action: str, injector: FaultInjection) -> Object:
+        """Inject ``action`` into the host of the Node ``obj`` (as stored); returns the Node as last written."""
+        node = objects.read(objects.Node, obj)
+        name = node.metadata.name
+        phase = node.status.phase
         log.warning("simulated cloud: %s node %s (phase %s)", action, name, phase)
         if action == "kill":
             self._provider.kill(name)
-            return node
+            return obj
         if action == "fail-boot":
             if injector.fail_boot(name) or phase == "Booting":
-                return await self._set_status(node, "Failed", "BootFailed", "The host failed to boot (simulated).")
-            return node
-        annotations = node["metadata"].get("annotations") or {}
+                return await self._set_status(name, "Failed", "BootFailed", "The host failed to boot (simulated).")
+            return obj
+        annotations = node.metadata.annotations
         notice = units.parse_duration(annotations.get("sim.nodus.dev/preempt-notice") or "30s")
         # A retry (the status write below lost to a heartbeat) keeps the deadline the first try announced.
-        at = units.time_or_none(annotations.get(TERMINATE_AT_ANNOTATION)) or units.now() + notice
+        at = units.time_or_none(annotations.get(labels.TERMINATE_AT)) or units.now() + notice
         patch = {
-            "metadata": {"annotations": {TERMINATE_AT_ANNOTATION: units.format_time(at)}},
+            "metadata": {"annotations": {labels.TERMINATE_AT: units.format_time(at)}},
             "spec": {"unschedulable": True},
         }
-        node = await self._client.patch("nodes", name, patch)
-        return await self._set_status(node, "Terminating", "Preempted", self._preempted_message(node, at))
+        await self._client.patch("nodes", name, patch)
+        return await self._set_status(name, "Terminating", "Preempted", self._preempted_message(node, at))
 
-    def _preempted_message(self, node: Object, at: datetime) -> str:
+    def _preempted_message(self, node: objects.Node, at: datetime) -> str:
         """Says what was reclaimed as it was sold: interruptible capacity, or an on-demand host (which a real
         provider takes back only for maintenance; here, ``nodus sim preempt``)."""
-        offering = self._offerings.get(None, str((node.get("spec") or {}).get("offering") or ""))
-        if offering is not None and (offering.get("spec") or {}).get("interruptible"):
+        offering = self._offerings.get(None, node.spec.offering)
+        if offering is not None and objects.read(objects.Offering, offering).spec.interruptible:
             capacity = "interruptible capacity"
         else:
             capacity = "on-demand capacity, taken back as nodus sim preempt simulates"
         return f"The provider reclaimed the host ({capacity}); it goes away at {units.format_time(at)}."
 
-    async def _set_status(self, node: Object, phase: str, reason: str, message: str) -> Object:
+    async def _set_status(self, name: str, phase: str, reason: str, message: str) -> Object:
         """A merge patch of the phase, without a precondition: the agent's heartbeats write the same status every
         half second, and a guarded write would lose to them again and again."""
         patch = {"status": {"phase": phase, "reason": reason, "message": message}}
-        return await self._client.patch("nodes", node["metadata"]["name"], patch, subresource="status")
+        return await self._client.patch("nodes", name, patch, subresource="status")

@@ -20,16 +20,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal, NamedTuple
 
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, phases
 
 Interruptible = Literal["Never", "Allow", "Prefer"]
 Profile = Literal["Cost", "Speed", "Balanced"]
 Network = Literal["Colocated", "Regional", "Global"]
 Transport = Literal["Direct", "Auto"]
 
-#: A Node in these phases no longer holds provider capacity (or is giving it back).
-RELEASED_PHASES = frozenset({"Lost", "Failed", "Terminating"})
-#: A Node in these phases may take an attempt.
-USABLE_PHASES = frozenset({"Ready", "Booting"})
 #: The duration a Work is assumed to run when it declares no ``expectedDuration``.
 DEFAULT_EXPECTED_DURATION = timedelta(hours=1)
 
@@ -134,7 +131,7 @@ class Host:
         """Build from a Node object as served; ``busy`` says whether an unfinished attempt is on it."""
         metadata, spec = node_obj.get("metadata") or {}, node_obj.get("spec") or {}
         status = node_obj.get("status") or {}
-        offering = spec.get("offering") or (metadata.get("labels") or {}).get("nodus.dev/offering")
+        offering = spec.get("offering") or (metadata.get("labels") or {}).get(labels.OFFERING)
         warm_until = status.get("warmUntil")
         return cls(
             name=_required(metadata.get("name"), "metadata.name"),
@@ -147,11 +144,11 @@ class Host:
 
     def holds_capacity(self) -> bool:
         """Whether this host counts against its offering's capacity (Booting and Ready ones do)."""
-        return self.phase not in RELEASED_PHASES
+        return self.phase not in phases.NODE_GONE
 
     def is_idle_at(self, now: datetime) -> bool:
         """Whether a new attempt may be put on this host at ``now`` without booting anything."""
-        if self.busy or self.unschedulable or self.phase not in USABLE_PHASES:
+        if self.busy or self.unschedulable or self.phase not in phases.NODE_USABLE:
             return False
         return self.warm_until is None or self.warm_until > now
 

@@ -41,14 +41,13 @@ from nodus.agent.podman import PodmanRuntime
 from nodus.agent.running import AttemptRun
 from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
+from nodus.apis.v1 import labels, objects, phases
+from nodus.apis.v1.attempt import StopRequest
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.agent")
-
-TERMINAL = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
-TERMINATE_AT_ANNOTATION = "nodus.dev/terminate-at"
 
 
 @dataclass
@@ -244,24 +243,25 @@ class Agent:
         if node is not None:
             self._watch_node(node)
         for attempt in self.attempts.items():
-            uid = attempt["metadata"]["uid"]
-            spec, status = attempt.get("spec") or {}, attempt.get("status") or {}
+            view = objects.read(objects.Attempt, attempt)
+            uid, spec = view.metadata.uid, view.spec
             run = self.runs.get(uid)
             if run is None:
-                if status.get("phase") in TERMINAL or spec.get("node") != self.settings.node_name or self._leaving:
+                finished = view.status.phase in phases.ATTEMPT_FINISHED
+                if finished or spec.node != self.settings.node_name or self._leaving:
                     continue
                 if any(r.task is not None and not r.task.done() for r in self.runs.values()):
                     continue  # dedicated host: one attempt at a time; the next starts when this ends
                 assert self.host is not None
                 run = AttemptRun(attempt, self.client, self.runtime, self.host)
                 self.runs[uid] = run
-                if spec.get("stop"):
-                    _request_stop(run, spec["stop"])
+                if spec.stop:
+                    _request_stop(run, spec.stop)
                 run.start()
                 continue
             run.update(attempt)
-            if spec.get("stop"):
-                _request_stop(run, spec["stop"])
+            if spec.stop:
+                _request_stop(run, spec.stop)
             else:
                 run.withdraw_stop()
         present = {attempt["metadata"]["uid"] for attempt in self.attempts.items()}
@@ -275,35 +275,35 @@ class Agent:
             else:
                 del self.runs[uid]
 
-    def _watch_node(self, node: Object) -> None:
-        status = node.get("status") or {}
-        phase = status.get("phase")
+    def _watch_node(self, obj: Object) -> None:
+        node = objects.read(objects.Node, obj)
+        status = node.status
+        phase = status.phase
         if phase == "Lost":
             self.leave("the node was marked Lost; its attempts have been replaced", 0)
         elif phase == "Failed":
             self.leave("the node was marked Failed", 0)
         elif phase == "Terminating":
-            deadline_text = (node["metadata"].get("annotations") or {}).get(TERMINATE_AT_ANNOTATION)
+            deadline_text = node.metadata.annotations.get(labels.TERMINATE_AT)
             grace = self.settings.shutdown_grace
             if deadline_text:
                 grace = max((units.parse_time(deadline_text) - units.now()).total_seconds() - 1.0, 0.0)
-            reason = "Preempted" if status.get("reason") == "Preempted" else "NodeLost"
+            reason = "Preempted" if status.reason == "Preempted" else "NodeLost"
             self.leave(
-                f"the node is terminating ({status.get('reason')})",
+                f"the node is terminating ({status.reason})",
                 grace,
                 reason=reason,
-                expected=status.get("reason") == "ScaledDown",
+                expected=status.reason == "ScaledDown",
             )
 
 
-def _request_stop(run: AttemptRun, stop: Object) -> None:
-    deadline = units.time_or_none(stop.get("deadline"))
+def _request_stop(run: AttemptRun, stop: StopRequest) -> None:
     run.request_stop(
-        str(stop.get("reason", "Stopped")),
-        float(stop.get("gracePeriodSeconds", 30)),
-        checkpoint=bool(stop.get("checkpoint")),
-        deadline=deadline,
-        requested_time=stop.get("requestedTime"),
+        stop.reason,
+        float(stop.grace_period_seconds),
+        checkpoint=bool(stop.checkpoint),
+        deadline=units.time_or_none(stop.deadline),
+        requested_time=stop.requested_time,
     )
 
 

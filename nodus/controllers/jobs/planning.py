@@ -37,7 +37,7 @@ from nodus.controllers.jobs import (
 )
 from nodus.controllers.jobs.attempts import attempt_for
 from nodus.controllers.jobs.gangplanning import TimeScales
-from nodus.controllers.jobs.slots import BOUND, Slots, number_of, phase_of, view
+from nodus.controllers.jobs.slots import BOUND, Slots, phase_of, view
 
 Object = dict[str, Any]
 
@@ -191,7 +191,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         return _finish(result, raw, now, "Failed", *permanent)
     if slots.failed > spec.backoff_limit:
         last = slots.last_failed()
-        detail = (view(last).status.message or "") if last is not None else ""
+        detail = (slots.view(last).status.message or "") if last is not None else ""
         message = f"{slots.failed} attempts failed; backoffLimit is {spec.backoff_limit}. Last failure: {detail}"
         return _finish(result, raw, now, "Failed", "BackoffLimitExceeded", message.strip())
 
@@ -210,7 +210,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
     if spec.recovery.on_interruption == "Fail":
         lost_attempt = recovering.interrupted(slots)
         if lost_attempt is not None:
-            lost_view = view(lost_attempt)
+            lost_view = slots.view(lost_attempt)
             message = (
                 f"Attempt {lost_view.metadata.name} lost its capacity ({lost_view.status.reason or 'NodeLost'}) and "
                 "spec.recovery.onInterruption is Fail."
@@ -271,7 +271,7 @@ def _blocked(result: Plan, raw: Slots, now: datetime, blocked: pinning.Blocked, 
 
 def _permanent_failure(slots: Slots) -> tuple[str, str] | None:
     for attempt in slots.all():
-        read = view(attempt)
+        read = slots.view(attempt)
         reason = read.status.reason
         if read.status.phase == "Failed" and reason is not None and reason in PERMANENT_REASONS:
             return reason, read.status.message or ""
@@ -288,21 +288,22 @@ def _count(status: Object, spec: JobSpec, slots: Slots, raw: Slots, image: Image
     status["failed"] = slots.failed
     status["active"] = len(raw.live())
     status["completedIndexes"] = ranges.compress(succeeded)
-    numbers = [number_of(a) for a in slots.live()]
-    last = max((s.last for s in slots.by_index.values() if s.last), key=_created, default=None)
-    current = max(numbers, default=(number_of(last) if last is not None else 0) or None)
+    numbers = [slots.view(a).spec.number for a in slots.live()]
+    lasts = [slots.view(s.last) for s in slots.by_index.values() if s.last]
+    last = max(lasts, key=_created, default=None)
+    current = max(numbers, default=(last.spec.number if last is not None else 0) or None)
     counts: Object = {"total": raw.total, "max": spec.recovery.max_attempts}
     if current:
         counts["current"] = current
     status["attempts"] = counts
-    started = [s for a in slots.all() if (s := view(a).status.start_time)]
+    started = [s for a in slots.all() if (s := slots.view(a).status.start_time)]
     if started and not status.get("startTime"):
         status["startTime"] = min(started)
     _pin_image(status, image, slots)
-    placed = [a for a in slots.all() if view(a).status.placement is not None]
+    placed = [a for a in slots.all() if slots.view(a).status.placement is not None]
     if placed:
         # Copied as the attempt stores it.
-        placement: Object = max(placed, key=_created)["status"]["placement"]
+        placement: Object = max(placed, key=lambda a: _created(slots.view(a)))["status"]["placement"]
         status["placement"] = {
             k: placement[k]
             for k in ("offering", "regionClass", "interruptible", "rateUSDPerHour", "warmReuse")
@@ -315,7 +316,8 @@ def _pin_image(status: Object, image: ImageStatus | None, slots: Slots) -> None:
     later attempt pulls that digest, so a tag moved meanwhile never changes what a replacement runs (ADR 0042)."""
     if image is None or (image.digest and image.user):
         return
-    resolved = [(_created(a), seen) for a in slots.all() if (seen := view(a).status.image) is not None and seen.digest]
+    reads = map(slots.view, slots.all())
+    resolved = [(_created(read), seen) for read in reads if (seen := read.status.image) is not None and seen.digest]
     if resolved:
         _, seen = min(resolved, key=lambda found: found[0])
         status["image"] = {**status["image"], "digest": image.digest or seen.digest, "user": seen.user}
@@ -338,7 +340,7 @@ def _admit(status: Object, spec: JobSpec, generation: int, now: datetime) -> Non
 def _timeout_clock(status: Object, spec: JobSpec, slots: Slots, now: datetime) -> None:
     """Start the timeout clock at the first Provisioning and keep ``timeoutTime`` in step with the spec."""
     if not status.get("timeoutStartTime"):
-        scheduled = [s for a in slots.all() if (s := view(a).status.scheduled_time)]
+        scheduled = [s for a in slots.all() if (s := slots.view(a).status.scheduled_time)]
         if not scheduled:
             return
         status["timeoutStartTime"] = min(scheduled)
@@ -436,5 +438,5 @@ def _not_yet_placed(spec: JobSpec) -> list[str]:
     return ["placement.pool"] if spec.placement.pool else []
 
 
-def _created(attempt: Object) -> tuple[str, int]:
-    return (view(attempt).metadata.creation_timestamp or "", number_of(attempt))
+def _created(attempt: objects.Attempt) -> tuple[str, int]:
+    return (attempt.metadata.creation_timestamp or "", attempt.spec.number)

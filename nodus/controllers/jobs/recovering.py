@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodus.apimachinery import units
-from nodus.apis.v1 import labels, objects
+from nodus.apis.v1 import labels, objects, phases
 from nodus.apis.v1.attempt import AttemptCheckpoint
 from nodus.apis.v1.jobspec import JobSpec
-from nodus.controllers.jobs.slots import Slot, Slots, is_live, number_of, phase_of, view
+from nodus.controllers.jobs.slots import Slot, Slots, phase_of, view
 
 Object = dict[str, Any]
 
@@ -35,9 +35,9 @@ def min_progress(spec: JobSpec) -> timedelta:
     return units.parse_duration(spec.recovery.min_progress_duration)
 
 
-def made_progress(attempt: Object, threshold: timedelta) -> bool:
+def made_progress(attempt: objects.Attempt, threshold: timedelta) -> bool:
     """The attempt's program ran at least ``threshold`` (from its start to its end)."""
-    status = view(attempt).status
+    status = attempt.status
     started = units.time_or_none(status.start_time)
     finished = units.time_or_none(status.finish_time)
     return started is not None and finished is not None and finished - started >= threshold
@@ -45,14 +45,14 @@ def made_progress(attempt: Object, threshold: timedelta) -> bool:
 
 def counted_losses(slot: Slot, threshold: timedelta) -> int:
     """The slot's losses that count against ``recovery.maxAttempts``: those without progress."""
-    return sum(1 for a in slot.attempts if phase_of(a) == "Lost" and not made_progress(a, threshold))
+    return sum(1 for a in slot.attempts if slot.phase(a) == "Lost" and not made_progress(slot.view(a), threshold))
 
 
 def _newest_committed(slot: Slot) -> tuple[objects.Attempt, AttemptCheckpoint] | None:
     """The attempt of the slot that committed the newest checkpoint (highest seq), and that checkpoint."""
     best: tuple[objects.Attempt, AttemptCheckpoint] | None = None
     for attempt in slot.attempts:
-        read = view(attempt)
+        read = slot.view(attempt)
         committed = read.status.checkpoint
         if committed is None or not committed.manifest or not committed.seq:
             continue
@@ -78,8 +78,7 @@ def latest_checkpoint(slot: Slot) -> Object | None:
 
 def latest_cursor(slot: Slot) -> str | None:
     """The newest progress cursor of the slot: reported by an attempt, else given to one."""
-    for attempt in sorted(slot.attempts, key=number_of, reverse=True):
-        read = view(attempt)
+    for read in sorted(map(slot.view, slot.attempts), key=_number, reverse=True):
         if read.status.resume_cursor:
             return read.status.resume_cursor
         if read.spec.resume_cursor:
@@ -103,7 +102,7 @@ def _avoid(slot: Slot) -> Object:
     """Interruptible capacity being reclaimed tends to be reclaimed again: a replacement prefers elsewhere."""
     if not slot.attempts:
         return {}
-    status = view(max(slot.attempts, key=number_of)).status
+    status = max(map(slot.view, slot.attempts), key=_number).status
     offering = status.placement.offering if status.placement is not None else None
     if status.phase == "Lost" and status.reason == "Preempted" and offering:
         return {"avoidOfferings": [offering]}
@@ -136,8 +135,8 @@ def interrupted(slots: Slots) -> Object | None:
     for slot in slots.by_index.values():
         if slot.succeeded or slot.live or not slot.attempts:
             continue
-        last = max(slot.attempts, key=number_of)
-        if phase_of(last) == "Lost":
+        last = max(slot.attempts, key=lambda a: slot.view(a).spec.number)
+        if slot.phase(last) == "Lost":
             return last
     return None
 
@@ -146,9 +145,10 @@ def report(status: Object, slots: Slots) -> None:
     """``status.checkpoint``: the newest committed checkpoint of the Job, the cadence in use and what the
     current attempt restored (DECISIONS: one Job-level view; per index, each Attempt has its own)."""
     attempts = slots.all()
-    committed = [c for a in attempts if (c := view(a).status.checkpoint) is not None and c.manifest]
-    live = [a for a in attempts if is_live(a)]
-    current = max(live or attempts, key=_created, default=None)
+    reads = [slots.view(a) for a in attempts]
+    committed = [c for read in reads if (c := read.status.checkpoint) is not None and c.manifest]
+    live = [read for read in reads if (read.status.phase or "Pending") not in phases.ATTEMPT_FINISHED]
+    current = max(live or reads, key=_created, default=None)
     out: Object = {}
     if committed:
         newest = max(committed, key=lambda c: c.time or "")
@@ -156,11 +156,10 @@ def report(status: Object, slots: Slots) -> None:
             {k: v for k, v in (("seq", newest.seq), ("size", newest.size), ("time", newest.time)) if v is not None}
         )
     if current is not None:
-        read = view(current)
-        if read.status.checkpoint is not None and read.status.checkpoint.interval:
-            out["interval"] = read.status.checkpoint.interval
-        if read.spec.restore is not None and read.spec.restore.seq:
-            out["restoredFromSeq"] = read.spec.restore.seq
+        if current.status.checkpoint is not None and current.status.checkpoint.interval:
+            out["interval"] = current.status.checkpoint.interval
+        if current.spec.restore is not None and current.spec.restore.seq:
+            out["restoredFromSeq"] = current.spec.restore.seq
     if out:
         status["checkpoint"] = out
     else:
@@ -190,5 +189,9 @@ def requests(job: objects.Job, live: list[Object], handled: str | None = None) -
     return out
 
 
-def _created(attempt: Object) -> tuple[str, int]:
-    return (view(attempt).metadata.creation_timestamp or "", number_of(attempt))
+def _created(attempt: objects.Attempt) -> tuple[str, int]:
+    return (attempt.metadata.creation_timestamp or "", attempt.spec.number)
+
+
+def _number(attempt: objects.Attempt) -> int:
+    return attempt.spec.number

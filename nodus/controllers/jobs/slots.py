@@ -54,22 +54,33 @@ class Slot:
 
     index: int
     attempts: list[Object] = field(default_factory=list)
+    # The attempts' views, by id() of the attempt (held in ``attempts``, so the id stays theirs): a gang's
+    # epochs are objects made for this decision, without a resourceVersion to cache their views by.
+    views: dict[int, objects.Attempt] = field(default_factory=dict, repr=False)
+
+    def view(self, attempt: Object) -> objects.Attempt:
+        """The view of one of the slot's attempts, read once per decision."""
+        found = self.views.get(id(attempt))
+        return found if found is not None else view(attempt)
+
+    def phase(self, attempt: Object) -> phases.AttemptPhase:
+        return self.view(attempt).status.phase or "Pending"
 
     @property
     def succeeded(self) -> bool:
-        return any(phase_of(a) == "Succeeded" for a in self.attempts)
+        return any(self.phase(a) == "Succeeded" for a in self.attempts)
 
     @property
     def live(self) -> list[Object]:
-        return [a for a in self.attempts if is_live(a)]
+        return [a for a in self.attempts if self.phase(a) not in phases.ATTEMPT_FINISHED]
 
     @property
     def lost(self) -> int:
-        return sum(1 for a in self.attempts if phase_of(a) == "Lost")
+        return sum(1 for a in self.attempts if self.phase(a) == "Lost")
 
     @property
     def next_number(self) -> int:
-        return max((number_of(a) for a in self.attempts), default=0) + 1
+        return max((self.view(a).spec.number for a in self.attempts), default=0) + 1
 
     @property
     def last(self) -> Object | None:
@@ -78,8 +89,10 @@ class Slot:
     @property
     def recovering(self) -> bool:
         """The slot's latest ended attempt lost its capacity and a replacement is not running yet."""
-        ended = [a for a in self.attempts if not is_live(a)]
-        return bool(ended) and phase_of(ended[-1]) == "Lost" and not any(phase_of(a) == "Running" for a in self.live)
+        ended = [a for a in self.attempts if self.phase(a) in phases.ATTEMPT_FINISHED]
+        return (
+            bool(ended) and self.phase(ended[-1]) == "Lost" and not any(self.phase(a) == "Running" for a in self.live)
+        )
 
 
 @dataclass
@@ -89,17 +102,25 @@ class Slots:
     by_index: dict[int, Slot]
     failed: int
     total: int
+    views: dict[int, objects.Attempt] = field(default_factory=dict, repr=False)  # as in ``Slot``
 
     @classmethod
     def of(cls, attempts: list[Object]) -> Slots:
+        views = {id(a): view(a) for a in attempts}
         by_index: dict[int, Slot] = {}
-        for attempt in sorted(attempts, key=lambda a: (index_of(a), number_of(a))):
-            by_index.setdefault(index_of(attempt), Slot(index_of(attempt))).attempts.append(attempt)
-        failed = sum(1 for a in attempts if phase_of(a) == "Failed")
-        return cls(by_index, failed, len(attempts))
+        for attempt in sorted(attempts, key=lambda a: (views[id(a)].spec.index, views[id(a)].spec.number)):
+            index = views[id(attempt)].spec.index
+            by_index.setdefault(index, Slot(index, views=views)).attempts.append(attempt)
+        failed = sum(1 for a in attempts if views[id(a)].status.phase == "Failed")
+        return cls(by_index, failed, len(attempts), views)
+
+    def view(self, attempt: Object) -> objects.Attempt:
+        """The view of one of the Job's attempts, read once per decision."""
+        found = self.views.get(id(attempt))
+        return found if found is not None else view(attempt)
 
     def slot(self, index: int) -> Slot:
-        return self.by_index.get(index) or Slot(index)
+        return self.by_index.get(index) or Slot(index, views=self.views)
 
     def succeeded_indexes(self) -> list[int]:
         return sorted(i for i, s in self.by_index.items() if s.succeeded)
@@ -112,9 +133,5 @@ class Slots:
         return [a for s in self.by_index.values() for a in s.attempts]
 
     def last_failed(self) -> Object | None:
-        failed = [a for a in self.all() if phase_of(a) == "Failed"]
-        return max(failed, key=_finish_key, default=None)
-
-
-def _finish_key(attempt: Object) -> str:
-    return view(attempt).status.finish_time or ""
+        failed = [a for a in self.all() if self.view(a).status.phase == "Failed"]
+        return max(failed, key=lambda a: self.view(a).status.finish_time or "", default=None)

@@ -1,13 +1,13 @@
 """``nodus controllers``: every reconciler, wired to shared informers, under one leader.
 
-What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the
-Secret pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each
-attempt), storage billing (each Job's stored bytes, by the hour), the Budgets' status copies, the
-scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
-(heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the
-simulated cloud's are agent processes). Standbys keep their informers synced so a takeover starts
-warm. Garbage collection of owned objects runs in the API server (ADR 0005); TTL after finish is the
-Job controller's.
+What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the Secret
+pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each attempt),
+storage billing (each Job's stored bytes, by the hour), the status copies of Budgets and of Projects'
+credits, the scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
+(heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the simulated
+cloud's are agent processes). Standbys keep their informers synced so a takeover starts warm. Garbage
+collection of owned objects runs in the API server (ADR 0005); TTL after finish is the Job
+controller's.
 
 The controllers know the provider only as a :class:`~nodus.cloud.provider.Provider`: whoever starts
 the process (``nodus controllers``, ``nodus dev``) chooses it and passes a factory in the settings.
@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nodus.apis.v1 import objects
 from nodus.client import Client, ClientConfig, errors
 from nodus.client.informers import Handler, Informer, Object
 from nodus.client.leaderelection import LeaderElector
@@ -41,6 +42,7 @@ from nodus.controllers.billing import (
     waiting_for_credit,
 )
 from nodus.controllers.budgets import BudgetStatus
+from nodus.controllers.credits import ProjectCredits, enqueue_on_cost
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
@@ -183,6 +185,13 @@ class Controllers:
         budget_queue: WorkQueue[Any] = WorkQueue()
         budgets.add_handler(enqueue_object(budget_queue))
         manager.add_controller("budget-status", BudgetStatus(client, budgets), budget_queue, workers)
+
+        credits_queue: WorkQueue[Any] = WorkQueue()
+        projects = manager.informer("projects", resync=settings.resync)
+        projects.add_handler(enqueue_object(credits_queue))
+        attempts.add_handler(enqueue_on_cost(credits_queue, objects.Attempt))
+        jobs.add_handler(enqueue_on_cost(credits_queue, objects.Job))
+        manager.add_controller("project-credits", ProjectCredits(client, projects), credits_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

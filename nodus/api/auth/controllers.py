@@ -3,10 +3,11 @@
 The controllers authenticate as a member of ``system:nodus:controllers`` (``nodus dev`` gives them a
 token of their own; in production, a token file line or a front-proxy group). The table below is
 every (resource, subresource) they read or write and with which verbs, taken from the controllers'
-code: the Job controller, scheduler, provisioner, node lifecycle, billing, budgets, Secret pins and
-the simulated cloud. What is not in it is refused, notably: writing Projects, Volumes, Connections or
-a Budget's spec, granting credits, and reading Secret values or blob bytes. The simulated cloud's hosts
-never run with the controllers' token: each gets a BootstrapToken bound to its node name.
+code: the Job controller, scheduler, provisioner, node lifecycle, billing, budgets, project credits,
+Secret pins and the simulated cloud. What is not in it is refused, notably: writing a Project's spec,
+Volumes, Connections or a Budget's spec, granting credits, and reading Secret values or blob bytes. The
+simulated cloud's hosts never run with the controllers' token: each gets a BootstrapToken bound to its
+node name.
 
 When a controller needs a new right, it is added here with the reason; a test reads this table
 against what the controllers do in the end-to-end suite (every 403 there is a missing line).
@@ -31,8 +32,9 @@ RIGHTS: dict[str, dict[str, frozenset[str]]] = {
     "offerings": {"": READ, "status": STATUS},
     # Leader election.
     "leases": {"": READ | {"create", "update", "patch"}},
-    # Projects are watched for credit grants (waiting attempts and owed storage charges resume).
-    "projects": {"": READ},
+    # Projects are watched for credit grants (waiting attempts and owed storage charges resume); their
+    # status.credits is the credits reconciler's copy of the ledger (ADR 0044).
+    "projects": {"": READ, "status": STATUS},
     # The pinned-versions annotation that keeps a Secret's versions a Job still needs.
     "secrets": {"": READ | {"patch"}},
     "volumes": {"": READ},

@@ -66,6 +66,7 @@ CONTROLLER = Principal("nodus-controllers", groups=("system:nodus:controllers",)
         ("get", "blobs", "", False),
         ("create", "projects", "", False),
         ("update", "projects", "", False),
+        ("patch", "projects", "status", True),
         ("create", "volumes", "", False),
         ("update", "budgets", "", False),
         ("create", "jobs", "", False),

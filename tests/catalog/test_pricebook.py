@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from nodus.api import objectmeta, offerings
-from nodus.apis.v1 import accelerators
 from nodus.api.kinds.offering import OFFERING
 from nodus.apimachinery import units
+from nodus.apis.v1 import accelerators
 from nodus.catalog import pricebook
 from nodus.catalog.pricebook import PriceBook, PriceBookError
 

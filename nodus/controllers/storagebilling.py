@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from nodus.apimachinery import money, units
 from nodus.apimachinery.money import text as usd
@@ -56,7 +56,7 @@ log = logging.getLogger("nodus.controllers.storagebilling")
 
 API = "/apis/nodus.dev/v1"
 SEGMENT = "Storage"
-CONDITION = "StoragePaid"
+CONDITION: Final = "StoragePaid"
 HOUR = timedelta(hours=1)
 GIB = money.GIB
 SECONDS_BILLED = Decimal(3600)  # an hour is billed as an hour, however long a test makes it

@@ -7,11 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from nodus.apimachinery import statusreasons, units
+from nodus.apis.v1.conditions import ConditionStatus, ConditionType
 
 Object = dict[str, Any]
 
 
-def get(status: Object, type_: str) -> Object | None:
+def get(status: Object, type_: ConditionType) -> Object | None:
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and condition.get("type") == type_:
             return condition
@@ -20,8 +21,8 @@ def get(status: Object, type_: str) -> Object | None:
 
 def set(
     status: Object,
-    type_: str,
-    value: str,
+    type_: ConditionType,
+    value: ConditionStatus,
     reason: str,
     message: str,
     now: datetime,

@@ -31,11 +31,11 @@ TERMINATE_AT: Final = "nodus.dev/terminate-at"
 """On a Node: the provider reclaims the host at this time (a preemption notice)."""
 PINNED_VERSIONS: Final = "nodus.dev/pinned-versions"
 """On a Secret: the versions that live Jobs pin, as ``1,3``; the server keeps them."""
-STORAGE_CHARGES: Final = "nodus.dev/storage-charges"
-"""On a Job: the storage hours already charged, written by storage billing."""
 
 # Finalizers.
 STOP_ATTEMPTS: Final = "nodus.dev/stop-attempts"
 """On a Job: its Attempts must stop (and be billed) before it goes."""
 PROJECT_CONTENTS: Final = "nodus.dev/project-contents"
 """On a Project: everything it holds must be deleted before it goes."""
+STORAGE_CHARGES: Final = "nodus.dev/storage-charges"
+"""On a Job with billed bytes: every hour of storage up to its deletion must be charged before it goes."""

@@ -39,7 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nodus.apimachinery import imagerefs, statusreasons
+from nodus.apimachinery import imagerefs
+from nodus.apis.v1 import statusreasons
 
 __all__ = ["Credentials", "Image", "ImageCache", "ImageError", "credentials_from_secrets"]
 

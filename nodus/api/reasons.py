@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodus.apimachinery import statusreasons
+from nodus.apis.v1 import statusreasons
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ for _money in ("InsufficientCredits", "MaxCostReached", "BudgetExceeded"):
     _register(_money, 402, _entry.summary, _entry.fix, _entry.explanation)
 
 # The reasons controllers write into ``status.reason`` (Jobs, Attempts, Nodes). They are not HTTP
-# errors (status 0 here); the table lives in ``nodus.apimachinery.statusreasons`` so that controllers,
+# errors (status 0 here); the table lives in ``nodus.apis.v1.statusreasons`` so that controllers,
 # which never import the API server, write exactly the codes whose pages it serves.
 for _status_reason in statusreasons.all_status_reasons():
     if _status_reason.code not in _REASONS:

@@ -283,7 +283,7 @@ def test_completed_indexes_are_compressed(indexes: list[int], text: str) -> None
 
 def test_every_status_reason_has_a_served_docs_page() -> None:
     from nodus.api import reasons  # the server registers the controllers' codes beside its own
-    from nodus.apimachinery import statusreasons
+    from nodus.apis.v1 import statusreasons
 
     for entry in statusreasons.all_status_reasons():
         assert reasons.reason(entry.code).fix == entry.fix

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from nodus.apimachinery import statusreasons, units
+from nodus.apimachinery import units
+from nodus.apis.v1 import statusreasons
 from nodus.apis.v1.conditions import ConditionStatus, ConditionType
 
 Object = dict[str, Any]

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodus.apimachinery import imagerefs, statusreasons, units
-from nodus.apis.v1 import labels, objects, phases
+from nodus.apimachinery import imagerefs, units
+from nodus.apis.v1 import labels, objects, phases, statusreasons
 from nodus.apis.v1.jobspec import JobSpec
 from nodus.apis.v1.jobstatus import ImageStatus
 from nodus.controllers.jobs import (

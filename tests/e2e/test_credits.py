@@ -9,15 +9,26 @@ import csv
 import io
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import make_project
+from tests.support import cluster as clusters
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """This module's own cluster: ``nodus billing verify`` proves every project's display copy, and the shared
+    cluster's other tests post holds and charges as the controllers would, with no credits reconciler there to
+    copy them (ADR 0044)."""
+    with clusters.on_own_database(database_server, tmp_path_factory.mktemp("credits")) as own:
+        yield own
 
 
 @pytest.fixture

@@ -98,10 +98,14 @@ class Agent:
         offering = await self.client.get("offerings", self.settings.offering)
         await self.register(offering)
         async with asyncio.TaskGroup() as tasks:
+            # Heartbeats start at once: a restarted agent must beat its Node's grace, and preparing the
+            # container runtime (leftover pods, the Open network) can take longer than the grace of a test.
+            beating = tasks.create_task(self._heartbeat())
+            if isinstance(self.runtime, PodmanRuntime):
+                await self._prepare_containers(self.runtime)
             watching = [tasks.create_task(self.attempts.run()), tasks.create_task(self.node.run())]
             if self.identity is not None:
                 watching.append(tasks.create_task(self.identity.rotate_forever(self.client, self._revoked)))
-            beating = tasks.create_task(self._heartbeat())
             try:
                 await self.attempts.wait_synced()
                 await self.node.wait_synced()
@@ -114,10 +118,7 @@ class Agent:
         """What running Jobs in their images needs on this host: the image cache, the GPUs as CDI devices and the
         Open egress network with its rules against the control plane (ADR 0040, 0041)."""
         assert self.host is not None
-        # Pods an earlier run of this agent left (it died; conmon kept them): their attempts start afresh.
-        left = await asyncio.to_thread(podengine.remove_pods_under, self.settings.work_dir)
-        if left:
-            log.info("removed %d pods an earlier run of this agent left", left)
+        await self._remove_leftover_pods()
         self.host.images = images.ImageCache(
             insecure_registries=self.settings.insecure_registries, work_dir=self.settings.work_dir / "images"
         )
@@ -129,6 +130,15 @@ class Agent:
         server = urllib.parse.urlsplit(self.client.config.server).hostname or "127.0.0.1"
         control_plane = [server, *self.settings.forbid_addresses]
         containers.open_network = await asyncio.to_thread(podnet.ensure_open_network, control_plane)
+
+    async def _remove_leftover_pods(self) -> None:
+        """Pods an earlier run of this agent left (it died; conmon kept them): their programs stop here, and
+        their attempts start afresh once the agent converges (or on another node, when this one is gone)."""
+        if not isinstance(self.runtime, PodmanRuntime):
+            return
+        left = await asyncio.to_thread(podengine.remove_pods_under, self.settings.work_dir)
+        if left:
+            log.info("removed %d pods an earlier run of this agent left", left)
 
     async def register(self, offering: Object) -> None:
         """Report the Node Ready (it exists: the provisioner or the credential exchange created it)."""
@@ -152,11 +162,10 @@ class Agent:
             mesh_host=self.settings.advertise_address,
             destinations=policy,
         )
-        if isinstance(self.runtime, PodmanRuntime):
-            await self._prepare_containers(self.runtime)
         try:
             node = await self.client.get("nodes", name)
         except errors.NotFound:
+            await self._remove_leftover_pods()
             raise SystemExit(f"node {name} does not exist (deleted?); start the agent under a new node name") from None
         if (node.get("spec") or {}).get("offering") != self.settings.offering:
             raise SystemExit(
@@ -164,6 +173,7 @@ class Agent:
             )
         phase = (node.get("status") or {}).get("phase")
         if phase in ("Lost", "Failed", "Terminating"):
+            await self._remove_leftover_pods()
             raise SystemExit(f"node {name} is {phase}; start the agent under a new node name")
         now = units.now()
         status = {

@@ -50,8 +50,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import asyncpg
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from nodus.agent import dsns
 from nodus.apimachinery import destinations
@@ -265,6 +263,10 @@ def _widen(kinds: set[str]) -> str:
 
 
 def _parquet(path: Path) -> Source:
+    # Imported here: pyarrow takes a fifth of a second to load, and an agent restarting within its Node's
+    # heartbeat grace should not pay for it before any Job has a Parquet output to load.
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
     schema = pq.read_schema(path)
     columns = [str(name) for name in schema.names]
     _check_columns(path, columns)
@@ -280,7 +282,8 @@ def _parquet(path: Path) -> Source:
 
 
 def _arrow_type(kind: Any) -> str:
-    types = pa.types
+    from pyarrow import types  # see _parquet
+
     if types.is_boolean(kind):
         return "boolean"
     if types.is_integer(kind):

@@ -42,6 +42,9 @@ class Model(BaseModel):
         frozen=True,
         use_attribute_docstrings=False,
         ser_json_timedelta="iso8601",
+        # Validators are built on a model's first use, not at import: an agent reads two kinds of the dozen,
+        # and its start (which a Node's heartbeat grace waits for) should not pay for the rest.
+        defer_build=True,
     )
 
     @model_validator(mode="before")

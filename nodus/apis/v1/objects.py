@@ -44,7 +44,9 @@ CACHE_SIZE: Final = 50_000
 class View(BaseModel):
     """Base of the object views and of metadata: camelCase keys, unknown fields ignored, frozen."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="ignore", frozen=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=False, extra="ignore", frozen=True, defer_build=True
+    )
 
 
 class OwnerReference(View):

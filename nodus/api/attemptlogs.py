@@ -25,6 +25,7 @@ from nodus.api.errors import APIError
 from nodus.api.registry import GROUP
 from nodus.api.store import GenericStore
 from nodus.apimachinery.selectors import parse_label_selector
+from nodus.apis.v1 import labels, phases
 from nodus.storage.listing import ListQuery
 from nodus.storage.logs import STREAMS, AttemptLogs, LogEntry, LogLine
 from nodus.storage.objects import Storage
@@ -36,14 +37,8 @@ Object = dict[str, Any]
 
 PAGE = 500
 POLL_SECONDS = 0.3
-# The phases after which an attempt writes no more lines (docs/running-jobs.md, Attempt).
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Lost", "Stopped"})
-# The phases after which a Job starts no more attempts (docs/running-jobs.md, Job).
-FINISHED_JOB_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 # How long a reader of a Job's log should wait before asking again for an attempt that has not started yet.
 RETRY_SECONDS = 1
-JOB_LABEL = "nodus.dev/job"
-INDEX_LABEL = "nodus.dev/index"
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ class Logs:
         query = ListQuery(
             kind=self._attempts.info.kind,
             namespace=namespace,
-            labels=parse_label_selector(f"{JOB_LABEL}={name},{INDEX_LABEL}={index}"),
+            labels=parse_label_selector(f"{labels.JOB}={name},{labels.INDEX}={index}"),
         )
         candidates: dict[int, Object] = {}
         async with self._storage.open_list(query) as cursor:
@@ -100,7 +95,7 @@ class Logs:
                         continue  # another rank of a gang epoch
                     candidates[spec["number"]] = obj
         fix = (
-            f"`kubectl get attempts -n {namespace} -l {JOB_LABEL}={name}` lists the Job's attempts; an index gets "
+            f"`kubectl get attempts -n {namespace} -l {labels.JOB}={name}` lists the Job's attempts; an index gets "
             "its first attempt when the Job controller starts it."
         )
         details: dict[str, Any] = {"name": name, "group": GROUP, "kind": "jobs"}
@@ -172,7 +167,7 @@ class LogReader:
         obj = await self._attempts.find(self._namespace, self._name)
         if obj is None or obj["metadata"].get("uid") != self._uid:
             return True
-        return (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
+        return (obj.get("status") or {}).get("phase") in phases.ATTEMPT_FINISHED
 
     async def pages(self) -> AsyncIterator[list[LogLine]]:
         """The first page, then every later one; when following, until the attempt has finished and every line
@@ -209,4 +204,4 @@ class LogReader:
 def _finished_job(job: Object) -> bool:
     """Whether the Job will start no more attempts: it ended, or it is being deleted."""
     status = job.get("status") or {}
-    return bool(job["metadata"].get("deletionTimestamp")) or status.get("phase") in FINISHED_JOB_PHASES
+    return bool(job["metadata"].get("deletionTimestamp")) or status.get("phase") in phases.JOB_FINISHED

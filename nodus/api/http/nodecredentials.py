@@ -35,6 +35,7 @@ from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery import fieldpath, units
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1 import labels
 
 KIND = "NodeCredentialRequest"
 RESOURCE = "nodecredentials"
@@ -152,7 +153,7 @@ async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext
         body = {
             "apiVersion": API_VERSION,
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"nodus.dev/offering": str(offering)}},
+            "metadata": {"name": name, "labels": {labels.OFFERING: str(offering)}},
             "spec": {"offering": str(offering), "provider": "manual"},
         }
         try:

@@ -44,6 +44,7 @@ from typing import Any
 from nodus.api.offerings import load as load_pricebook
 from nodus.apimachinery import units
 from nodus.apimachinery.money import text
+from nodus.apis.v1 import objects
 from nodus.billing import estimating
 from nodus.controllers.billing import bill
 from nodus.scheduler.snapshot import Offering
@@ -276,8 +277,9 @@ def _run_index(
 
 def _charged(status: Object, end: datetime, restore: bool, name: str) -> Decimal:
     """What the billing controller charges this finished attempt, summed over its segments."""
-    attempt = {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"node": f"{name}-host"}, "status": status}
-    owed = bill(attempt, end, restore)
+    spec = {"job": name, "jobUID": name, "index": 0, "number": 1, "node": f"{name}-host"}
+    attempt = {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec, "status": status}
+    owed = bill(objects.read(objects.Attempt, attempt), end, restore)
     assert owed is not None and owed.final
     return sum(owed.amounts().values(), Decimal(0))
 

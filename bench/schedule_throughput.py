@@ -4,7 +4,7 @@ Setup: a ``nodus apiserver`` started with a price book of exactly 200 offerings 
 the shipped ``nodus/catalog/pricebook.yaml`` plus CPU-only host shapes until the expansion has 200 entries;
 no provider publishes ``status.capacity``, so every offering is unlimited and all 1,000 Attempts fit).
 Each round creates, before anything is timed, ``count`` pending Attempts in each of four fresh projects:
-the bodies the Job controller would create (``planning.attempt_for``) for six template Jobs of different
+the bodies the Job controller would create (``attempts.attempt_for``) for six template Jobs of different
 shapes (8x H100, 1 GPU with 40Gi, 4x A100 interruptible, CPU-only, L4 in eu at the Cost profile, 8x
 H200/B200 NVLink at the Speed profile), owned by those Jobs, created through the API.
 
@@ -125,7 +125,7 @@ def _template_job(name: str, shape: dict[str, Any]) -> dict[str, Any]:
 async def _populate(client: Any, namespace: str, count: int) -> None:
     """The round's project: six template Jobs (never reconciled: no controllers run) and ``count``
     pending Attempts owned by them, as the Job controller would create them."""
-    from nodus.controllers.jobs import planning
+    from nodus.controllers.jobs import attempts
 
     await client.create(
         "projects", {"apiVersion": "nodus.dev/v1", "kind": "Project", "metadata": {"name": namespace}, "spec": {}}
@@ -134,7 +134,7 @@ async def _populate(client: Any, namespace: str, count: int) -> None:
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(index: int) -> None:
-        body = planning.attempt_for(jobs[index % len(jobs)], index, 1)
+        body = attempts.attempt_for(jobs[index % len(jobs)], index, 1)
         async with gate:
             await client.create("attempts", body, namespace)
 

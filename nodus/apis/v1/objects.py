@@ -18,7 +18,6 @@ scheduling cycles read it. Objects without both (built in memory) are parsed eve
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -148,7 +147,7 @@ class Volume(View):
 
 V = TypeVar("V", bound=View)
 
-_cache: OrderedDict[tuple[type[View], str, str], View] = OrderedDict()
+_cache: dict[tuple[type[View], object, object], View] = {}
 
 
 def read(kind: type[V], obj: dict[str, Any]) -> V:
@@ -157,17 +156,19 @@ def read(kind: type[V], obj: dict[str, Any]) -> V:
     is not an object of the kind at all (a required field such as a Job's ``spec`` missing)."""
     meta = obj.get("metadata")
     key = None
-    if isinstance(meta, dict) and meta.get("uid") and meta.get("resourceVersion"):
-        key = (kind, str(meta["uid"]), str(meta["resourceVersion"]))
-        cached = _cache.get(key)
-        if cached is not None:
-            _cache.move_to_end(key)
-            return cached  # type: ignore[return-value]  # the key's kind is the view's class
+    if meta.__class__ is dict:  # exactly a dict (cheaper than isinstance on this hot path)
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if uid and version:
+            key = (kind, uid, version)
+            cached = _cache.get(key)
+            if cached is not None:
+                return cached  # type: ignore[return-value]  # the key's kind is the view's class
     view = _validate(kind, obj)
     if key is not None:
+        # Oldest first out: a reader of an object keeps a new version coming, so what falls out is history.
+        if len(_cache) >= CACHE_SIZE:
+            del _cache[next(iter(_cache))]
         _cache[key] = view
-        if len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
     return view
 
 

@@ -96,7 +96,7 @@ def plan(
     ``job`` and ``attempts`` are the stored objects as JSON: they are read through their typed views, and the
     attempts to stop or patch are these very objects (the reconciler writes them with their resourceVersion)."""
     result = _plan(job, attempts, now, lookup or _nothing, scales or TimeScales())
-    if gangs.is_gang(job["spec"]):
+    if gangs.is_gang(objects.read(objects.Job, job).spec):
         epochs = gangs.epochs_of(attempts)
         gang_phase = gangplanning.gang_phase(str(result.status.get("phase") or "Pending"), attempts)
         gangreporting.report(result.status, epochs[-1] if epochs else None, epochs, gang_phase)
@@ -106,12 +106,12 @@ def plan(
 def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup, scales: TimeScales) -> Plan:
     job = objects.read(objects.Job, obj)
     spec, meta = job.spec, job.metadata
-    # The Job's spec as stored, for the planning modules that read JSON (pinning, reporting and the gang's).
+    # The Job's spec as stored, for what copies or sizes it as JSON (a gang epoch's members).
     wire_spec: Object = obj["spec"]
     generation = meta.generation or 1  # the server numbers generations from 1
     status = copy.deepcopy(obj.get("status") or {})
     status["observedGeneration"] = generation
-    gang = gangs.is_gang(wire_spec)
+    gang = gangs.is_gang(spec)
     # Every rank attempt is stopped, billed and reported; a gang's epochs are counted as single runs.
     raw = Slots.of(attempts)
     slots = Slots.of(gangs.representatives(attempts)) if gang else raw
@@ -125,7 +125,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         return result
 
     _count(status, spec, slots, raw, job.status.image)
-    reporting.collect(status, wire_spec, raw, now)
+    reporting.collect(status, spec, raw, now)
     recovering.report(status, slots)
     if job.status.phase in phases.JOB_FINISHED:
         result.stop = [(a, job.status.reason or "Superseded") for a in live]
@@ -140,7 +140,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         unsupported = _not_yet_placed(spec)
         if unsupported:
             return _finish(result, raw, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
-        pinned = pinning.pin(wire_spec, lookup)
+        pinned = pinning.pin(spec, lookup)
         if isinstance(pinned, pinning.Blocked):
             return _blocked(result, raw, now, pinned, generation)
         status.update(pinned.status())
@@ -218,7 +218,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             return _finish(result, raw, now, "Failed", "Interrupted", message)
 
     if gang:
-        exhausted = gangplanning.assembly_exhausted(wire_spec, attempts)
+        exhausted = gangplanning.assembly_exhausted(spec, attempts)
         if exhausted is not None:
             return _finish(result, raw, now, "Failed", *exhausted)
     if len(slots.succeeded_indexes()) >= completions:
@@ -226,7 +226,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
 
     indexes = _indexes_to_start(slots, completions, spec.parallelism)
     if indexes:
-        pins = pinning.pin(wire_spec, lookup, status)
+        pins = pinning.pin(spec, lookup, status)
         if isinstance(pins, pinning.Blocked):
             if pins.final:
                 return _finish(result, raw, now, "Failed", pins.reason, pins.message)
@@ -245,7 +245,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         handled["checkpoint"] = meta.annotations[labels.CHECKPOINT_REQUESTED_AT]
         status["handledRequests"] = handled
     if gang:
-        settled = gangplanning.settle(wire_spec, attempts, now, scales)
+        settled = gangplanning.settle(spec, attempts, now, scales)
         result.stop += settled.stop
         result.patch += settled.patch
         result.wake_at(now, settled.wake_at)

@@ -17,6 +17,7 @@ scheduling cycles read it. Objects without both (built in memory) are parsed eve
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Final, TypeVar
 
@@ -167,7 +168,9 @@ def read(kind: type[V], obj: dict[str, Any]) -> V:
     if key is not None:
         # Oldest first out: a reader of an object keeps a new version coming, so what falls out is history.
         if len(_cache) >= CACHE_SIZE:
-            del _cache[next(iter(_cache))]
+            # A reader in another thread (the agent's) may evict the same entry at once: either is fine.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del _cache[next(iter(_cache))]
         _cache[key] = view
     return view
 

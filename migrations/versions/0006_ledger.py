@@ -1,6 +1,6 @@
 """The ledger: accounts with their balances, balanced transactions of entries, holds and charges.
 
-Money is NUMERIC(24, 6): decimal micro-dollars, never float (DECISIONS 22).
+Money is NUMERIC(24, 6): decimal micro-dollars, never float (ADR 0046 §22).
 
 * ``ledger_accounts(owner, name)``: ``owner`` is a project, or ``nodus`` for Nodus's own accounts;
   ``balance`` is the sum of the account's entries, kept in the same transaction as each entry.

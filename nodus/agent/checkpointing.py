@@ -33,7 +33,7 @@ copied. Unchanged files are neither copied nor hashed nor sent again (``nodus.ag
 Cadence (``interval``): an explicit duration, or ``auto``: Young and Daly's optimum
 ``sqrt(2 x C x M)``, with C the measured duration of the last checkpoint and M the offering's mean time
 between interruptions (:data:`ON_DEMAND_MTBI` for capacity that is not interruptible), clamped to
-1m..6h and shortened to a quarter of the time left before ``completeByTime`` as it nears (DECISIONS 29).
+1m..6h and shortened to a quarter of the time left before ``completeByTime`` as it nears (ADR 0046 §29).
 ``time_scale`` shrinks every duration for tests, as the simulated cloud shrinks boot times.
 """
 
@@ -212,7 +212,7 @@ class Checkpointer:
         self._labels = {"job": str(spec.get("job")), "index": str(spec.get("index", 0)), "attempt": self._name}
         self._complete_by = units.time_or_none(spec.get("completeByTime"))
         restore = spec.get("restore") or {}
-        # A gang rank (DECISIONS 4: one shard per rank) lists its committed shards under the gang request each
+        # A gang rank (ADR 0046 §4: one shard per rank) lists its committed shards under the gang request each
         # answered; only rank 0 writes a torch.distributed.checkpoint's .metadata.
         self._rank: int | None = int(spec.get("rank") or 0) if spec.get("gang") else None
         self._shards: list[Object] = []

@@ -202,7 +202,7 @@ def connection_variable(name: str, field: str) -> str:
 def _expose(
     connection: PinnedConnection, secrets: dict[str, dict[str, bytes]], layout: AttemptLayout
 ) -> dict[str, str]:
-    """Write ``/nodus/connections/<name>/`` (0400 files) and return its variables (DECISIONS 28).
+    """Write ``/nodus/connections/<name>/`` (0400 files) and return its variables (ADR 0046 §28).
 
     Postgres (Neon, Supabase): ``type`` and ``dsn``, ``NODUS_CONNECTION_<NAME>_DSN``. S3: ``type``,
     ``endpoint``, ``region``, ``bucket``, ``accessKeyID``, ``secretAccessKey`` (and ``sessionToken``),

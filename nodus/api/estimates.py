@@ -4,7 +4,7 @@ On every create of a Job (dry run or not) :meth:`JobEstimates.admit` reads the o
 hosts, the project's earlier runs of the same program, its available credit and its Budgets, and
 stores the estimate (:func:`nodus.billing.estimating.estimate`) in ``status.estimate``. A real create
 whose first hold cannot fit is refused with the first blocking reason as a 402-style Status naming the
-amounts and the fix; a dry run reports the reasons in the estimate instead (DECISIONS 21).
+amounts and the fix; a dry run reports the reasons in the estimate instead (ADR 0046 §21).
 
 The dry run's response carries an ETag: the estimate and the Job's spec, sealed with the server's
 secret keys (AES-GCM, so the server can trust what comes back and every API server holding the key
@@ -88,7 +88,7 @@ class JobEstimates:
         job.setdefault("status", {})["estimate"] = estimate
         resolved = topology.resolve(job.get("spec") or {}, _accelerator(estimate, inputs.offerings))
         if resolved is not None:
-            job["status"]["topology"] = resolved  # DECISIONS 12: resolved once, at admission
+            job["status"]["topology"] = resolved  # ADR 0046 §12: resolved once, at admission
         if ctx.dry_run:
             if self._keyring is not None:
                 ctx.response_headers["ETag"] = f'"{self._seal(namespace, job, estimate)}"'

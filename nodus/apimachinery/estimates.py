@@ -1,7 +1,7 @@
 """A create bound to an estimate (``If-Match`` on the dry run's ETag) and what binds its placement.
 
 The API server records a binding on the Job as the annotation :data:`RATE_CEILING`: the estimate's
-``rateUSDPerHour`` plus 10 % (DECISIONS 21). Only the server sets it (on a bound create) and nobody may
+``rateUSDPerHour`` plus 10 % (ADR 0046 §21). Only the server sets it (on a bound create) and nobody may
 change it afterwards; the Job controller copies it into every Attempt's ``placement.maxRateUSDPerHour``
 (the lower of it and the Job's own), so the scheduler never places the Job above it. The binding does
 not expire.

@@ -1,4 +1,4 @@
-"""Amounts of money as every process writes and computes them (DECISIONS 22).
+"""Amounts of money as every process writes and computes them (ADR 0046 §22).
 
 Decimal USD with at most six fractional digits (micro-USD), never float. Here, so that the API
 server's ledger (``nodus.billing``) and the controllers, which never import it, compute a charge and

@@ -1,4 +1,4 @@
-"""How a gang's size is resolved from ``spec.distributed`` (DECISIONS 12), and the beta cap.
+"""How a gang's size is resolved from ``spec.distributed`` (ADR 0046 §12), and the beta cap.
 
 A gang is ``nodes x gpusPerNode``. ``distributed.nodes`` gives the node count directly (2-16 in the
 API, capped at :data:`BETA_MAX_NODES` while multi-node is in beta). ``distributed.totalGPUs`` is split
@@ -83,7 +83,7 @@ def shape_of(spec: Mapping[str, Any]) -> tuple[GangShape, str] | None:
 
 
 def resolve(spec: Mapping[str, Any], accelerator: str | None) -> dict[str, Any] | None:
-    """``status.topology`` of a distributed Job: its resolved shape (DECISIONS 12) on ``accelerator`` (the
+    """``status.topology`` of a distributed Job: its resolved shape (ADR 0046 §12) on ``accelerator`` (the
     variant the admission estimate placed it on, when known). None for a Job that is not distributed."""
     resolved = shape_of(spec)
     if resolved is None:

@@ -312,7 +312,7 @@ def _lognormal_moments(band: _Band) -> tuple[Decimal, Decimal]:
 
 
 def _members(spec: Mapping[str, Any]) -> int:
-    """The gang size (DECISIONS 12), 1 for a Job that is not distributed."""
+    """The gang size (ADR 0046 §12), 1 for a Job that is not distributed."""
     resolved = topology.shape_of(spec)
     return resolved[0].nodes if resolved is not None else 1
 

@@ -1,4 +1,4 @@
-"""Money as Nodus writes it: decimal USD with at most six fractional digits (DECISIONS 22).
+"""Money as Nodus writes it: decimal USD with at most six fractional digits (ADR 0046 §22).
 
 Amounts are :class:`~decimal.Decimal`, never float. They are parsed from and written as decimal
 strings (``"12.5"``, ``"0.000001"``); arithmetic is exact, and rounding (half-up, to the

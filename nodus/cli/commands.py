@@ -175,7 +175,7 @@ def attachment_name(disposition: str) -> str | None:
 def outputs_get(args: argparse.Namespace) -> None:
     """Download a committed output of a Job to a file (the server's file name unless -o says otherwise). An output
     a gang collected from every rank (``fromRanks: All``) is downloaded rank by rank into ``rank-<n>/`` (under
-    the directory -o names, if any) unless ``--rank`` picks one (DECISIONS 7)."""
+    the directory -o names, if any) unless ``--rank`` picks one (ADR 0046 §7)."""
     from nodus.client import Client, ClientConfig, errors
 
     config = ClientConfig.from_kubeconfig(kubeconfig_path(args))

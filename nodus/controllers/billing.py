@@ -24,7 +24,7 @@ The rules, per attempt (one allocation of capacity):
   attempt is bound and extended by the same amount whenever less than half a window is left. An
   attempt whose hold the project cannot fund waits without capacity (``reason: InsufficientCredits``,
   the Job's ``Funded=False``) and is tried again every ``CAPTURE_INTERVAL``: credit granted meanwhile
-  starts it (DECISIONS 15); nothing is charged while it waits. The same holds for the Job's
+  starts it (ADR 0046 §15); nothing is charged while it waits. The same holds for the Job's
   ``maxCostUSD`` (``MaxCostReached``, tried again at once when it is raised) and for the project's
   Budgets (``BudgetExceeded``: the hold and each extension name the Job, whose labels select the
   Budgets it must fit; tried again at once when a Budget of the project changes or goes).
@@ -376,7 +376,7 @@ class AttemptBilling:
             if exc.reason not in WAITS:
                 raise
             if left <= margin:
-                # DECISIONS 15: a Checkpointed Job's attempt checkpoints before it stops, but only while what is
+                # ADR 0046 §15: a Checkpointed Job's attempt checkpoints before it stops, but only while what is
                 # held lasts (the deadline: the end of the funded time); it resumes from there once funds allow.
                 log.info("attempt %s stops: %s", uid, exc.message)
                 funded_end = units.now() + timedelta(seconds=float(max(left, Decimal(0)) / owed.rate * 3600))
@@ -451,7 +451,7 @@ class AttemptBilling:
         """The project's credit, the Job's cap or a Budget cannot fund the hold: the attempt waits, unfunded
         and without capacity, saying why (``reason``: InsufficientCredits, MaxCostReached or BudgetExceeded);
         it is tried again every ``CAPTURE_INTERVAL``, at once after a grant, a raised cap or a Budget's
-        change (DECISIONS 15). ``obj`` is the Attempt as stored."""
+        change (ADR 0046 §15). ``obj`` is the Attempt as stored."""
         attempt = objects.read(objects.Attempt, obj)
         meta = attempt.metadata
         if attempt.spec.node:

@@ -41,7 +41,7 @@ PathClass = Literal["Private", "Direct", "Public", "Relayed"]
 #: The members' offerings share this key when they are in one group (see :func:`group_key`).
 GroupKey = tuple[str, ...]
 
-#: The paths each ``spec.gang.transport`` admits between two members (DECISIONS 18).
+#: The paths each ``spec.gang.transport`` admits between two members (ADR 0046 §18).
 ADMITTED: Mapping[Transport, frozenset[PathClass]] = {
     "Direct": frozenset({"Private", "Direct"}),
     "Auto": frozenset({"Private", "Direct", "Public", "Relayed"}),

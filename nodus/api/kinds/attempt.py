@@ -1,4 +1,4 @@
-"""Attempt (``attempts.nodus.dev/v1``): one run of one index of a Job (DECISIONS 3).
+"""Attempt (``attempts.nodus.dev/v1``): one run of one index of a Job (ADR 0046 §3).
 
 Attempts are written only by Nodus: the Job controller creates them (name ``<job>-<index>-<n>``,
 owned by the Job with ``controller: true``), the scheduler binds them (``status.placement``), the

@@ -1,6 +1,6 @@
 """The gang parts of an Attempt: what a rank is told (``spec.gang``) and what its agent reports (``status.gang``).
 
-A distributed Job runs each epoch as one Attempt per rank, ``<job>-<index>-<n>-r<rank>`` (DECISIONS 3).
+A distributed Job runs each epoch as one Attempt per rank, ``<job>-<index>-<n>-r<rank>`` (ADR 0046 §3).
 Every rank's spec names its peers (``members``, by rank), so an agent finds them without asking the
 Job; the agents assemble the gang through the Attempts' status alone: each registers its mesh
 endpoint (``address``), rank 0 also the program's rendezvous port, each probes its peers and says so

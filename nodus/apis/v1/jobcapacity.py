@@ -3,7 +3,7 @@
 """The capacity a Job asks for and how it survives losing it: resources, gang, placement, recovery.
 
 Descriptions are the API reference's sentences (what ``kubectl explain`` shows), completed where
-DECISIONS.md settles what a sentence leaves open, chiefly the defaults of DECISIONS 5. A default is
+ADR 0046 settles what a sentence leaves open, chiefly the defaults of its §5. A default is
 declared once, on its field: it is what OpenAPI shows and what ``defaults.py`` writes into the stored
 spec. Single-field constraints live here; rules that span fields are in ``validation_capacity``.
 """

@@ -3,7 +3,7 @@
 """Money in a Job's status: ``status.cost`` (what was charged) and ``status.estimate`` (what will be).
 
 Both are display copies: amounts are decimal USD strings with at most six fractional digits
-(DECISIONS 22), and nothing is charged from these fields. The reference says ``Cost`` is the same
+(ADR 0046 §22), and nothing is charged from these fields. The reference says ``Cost`` is the same
 type on every kind that spends money, and ``Estimate`` on every compute kind, so these models depend
 on nothing Job-specific.
 """

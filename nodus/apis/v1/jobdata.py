@@ -1,8 +1,8 @@
 """What a Job reads and writes: inputs, declared outputs and Volume mounts.
 
-Descriptions are the API reference's sentences, with the truncated ones completed as DECISIONS 7
+Descriptions are the API reference's sentences, with the truncated ones completed as ADR 0046 §7
 settles (``/nodus/inputs/<name>``, ``rank-<n>/``) and the input one-of widened to six choices
-(DECISIONS 6). Single-field constraints live here; uniqueness, the one-of and reserved names are
+(ADR 0046 §6). Single-field constraints live here; uniqueness, the one-of and reserved names are
 cross-field rules in ``validation_data``.
 """
 

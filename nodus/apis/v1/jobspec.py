@@ -3,10 +3,10 @@
 """``JobSpec``: the desired state of a Job, and the container-level pieces it is made of.
 
 Every property carries the API reference's sentence as its description (``kubectl explain``),
-completed where DECISIONS.md settles what the sentence leaves open: the cancel state is
+completed where ADR 0046 settles what the sentence leaves open: the cancel state is
 ``Cancelled`` (1), the defaults of 5 are named, ``sha256:<64 hex>`` is completed (7), image and
 imageRef are exactly one of (9) and the aliases are never returned on read (10, 11). Fields the
-reference leaves undescribed get a sentence in the same style, from DECISIONS 9 and 28.
+reference leaves undescribed get a sentence in the same style, from ADR 0046 §9, §28.
 
 The models declare types, enums, ranges, patterns, list caps and defaults. Everything that relates
 two fields is a cross-field rule in the ``validation_*`` modules, which run on the same request.

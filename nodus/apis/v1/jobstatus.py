@@ -2,7 +2,7 @@
 # (Descriptions quote the API reference verbatim, typographic characters included.)
 """``JobStatus``: what Nodus observed about a Job, written by controllers through ``/status``.
 
-Descriptions are the API reference's sentences, completed where DECISIONS.md settles what they leave
+Descriptions are the API reference's sentences, completed where ADR 0046 settles what they leave
 open: the Job phases (2), the secret maps keyed by Secret name (20) and the requested-action map
 (19). ``status.conditions`` follows ``metav1.Condition``, which the reference shows without
 sentences; its descriptions are the Kubernetes ones. Money fields are in ``status_cost``.

@@ -129,7 +129,7 @@ class DurationFormat(StringFormat):
 
 @dataclass(frozen=True)
 class AutoOrDuration(StringFormat):
-    """The literal ``auto`` (lower case, DECISIONS 24) or a Go duration within bounds."""
+    """The literal ``auto`` (lower case, ADR 0046 §24) or a Go duration within bounds."""
 
     minimum: str
     maximum: str
@@ -162,7 +162,7 @@ class QuantityFormat(StringFormat):
 
 @dataclass(frozen=True)
 class UsdFormat(StringFormat):
-    """A decimal USD string with at most 6 fractional digits (DECISIONS 22), never a float."""
+    """A decimal USD string with at most 6 fractional digits (ADR 0046 §22), never a float."""
 
     positive: bool = False
 

@@ -1,6 +1,6 @@
 """Reason codes that controllers write into ``status.reason`` (Jobs, Attempts, Nodes), with their fixes.
 
-DECISIONS 23 and 25: every ``status.reason`` is a registered CamelCase code with a docs page and a
+ADR 0046 §23, §25: every ``status.reason`` is a registered CamelCase code with a docs page and a
 fix. The API server registers these beside its error reasons (``nodus.api.reasons``) and serves their
 pages; controllers, which never import ``nodus.api``, read the fix they copy into ``status.fix``
 from here. One table, two readers, so a code cannot be written without its page existing.

@@ -43,7 +43,7 @@ def set(
 
 
 def explain(status: Object, reason: str | None, message: str | None) -> None:
-    """DECISIONS 25: ``status.reason``, ``message`` and ``fix`` explain the current state and go when it is over
+    """ADR 0046 §25: ``status.reason``, ``message`` and ``fix`` explain the current state and go when it is over
     (``reason`` None clears them); the fix, and a missing message, come from the registered reason."""
     if reason is None:
         for key in ("reason", "message", "fix"):

@@ -1,4 +1,4 @@
-"""Whether a Job's attempts are funded (DECISIONS 15): the ``Funded`` condition and ``status.stopByTime``.
+"""Whether a Job's attempts are funded (ADR 0046 §15): the ``Funded`` condition and ``status.stopByTime``.
 
 An attempt whose hold the project's credit, the Job's ``maxCostUSD`` or a Budget cannot fund waits without
 capacity (the billing controller says why in its reason); a running one whose hold could not be extended
@@ -21,7 +21,7 @@ WAITS_FOR_MONEY = frozenset({"InsufficientCredits", "MaxCostReached", "BudgetExc
 
 
 def report(status: Object, live: list[Object], now: datetime) -> None:
-    """DECISIONS 15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
+    """ADR 0046 §15: an attempt whose hold the project's credit, the Job's maxCostUSD or a Budget cannot fund
     waits; the Job says so (``Funded``)."""
     waiting = [s for a in live if (s := view(a).status).reason is not None and s.reason in WAITS_FOR_MONEY]
     # Running attempts whose holds could not be extended stop at their funded edge: the earliest is the Job's.

@@ -1,7 +1,7 @@
 """Gang Jobs in the Job controller: epochs of rank attempts, each read as one run of the Job's slot.
 
-A distributed Job has one slot (index 0, DECISIONS 13). Each start of it is an *epoch*: one Attempt
-per rank, ``<job>-0-<n>-r<rank>`` (DECISIONS 3), all with ``number`` n. An epoch is one unit for
+A distributed Job has one slot (index 0, ADR 0046 §13). Each start of it is an *epoch*: one Attempt
+per rank, ``<job>-0-<n>-r<rank>`` (ADR 0046 §3), all with ``number`` n. An epoch is one unit for
 every rule of the Job's lifecycle, so :func:`representatives` folds each epoch into a single
 attempt-shaped object that ``planning`` counts like any plain attempt (``Slots``): it is live until
 one rank ends badly, then it has the outcome that explains the gang's end:

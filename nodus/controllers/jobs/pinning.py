@@ -4,7 +4,7 @@
 reconciler's informer caches; tests pass a dict) and returns either :class:`Pins` or a
 :class:`Blocked` saying why not yet, or never.
 
-What is pinned, once, at admission (DECISIONS 20), so that every attempt of the Job, replacements
+What is pinned, once, at admission (ADR 0046 §20), so that every attempt of the Job, replacements
 included, sees the same data:
 
 * Secrets named by ``secrets``, ``env``/``sidecars[].env`` ``secretKeyRef``, ``imagePullSecrets`` and
@@ -214,7 +214,7 @@ def _pin_connections(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | Non
             )
         resolved = _resolved_connection(name, connection)
         if where.startswith("spec.connections") or pins.connections.get(name, {}).get("exposed"):
-            resolved["exposed"] = True  # DECISIONS 28: its credentials are given to the program
+            resolved["exposed"] = True  # ADR 0046 §28: its credentials are given to the program
         pins.connections[name] = resolved
     return None
 

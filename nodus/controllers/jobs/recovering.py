@@ -11,7 +11,7 @@ Pure functions over the attempts of a Job, read as they are (level-triggered); `
 * **Cursor** (``Restartable``): the newest cursor the program reported (``status.resumeCursor``), or the
   one the previous attempt was given, reaches the program as ``NODUS_RESUME_CURSOR``.
 * **Ephemeral**: a new attempt starts from nothing.
-* **Counting losses** (DECISIONS 4, ADR 0024): an attempt that ran at least
+* **Counting losses** (ADR 0046 §4, ADR 0024): an attempt that ran at least
   ``recovery.minProgressDuration`` before its capacity was lost made progress, and its loss does not use
   up ``recovery.maxAttempts``; only losses without progress count. A long Job on flaky capacity is thus
   not failed for being long, while a slot whose hosts die before the program gets anywhere still is.
@@ -143,7 +143,7 @@ def interrupted(slots: Slots) -> Object | None:
 
 def report(status: Object, slots: Slots) -> None:
     """``status.checkpoint``: the newest committed checkpoint of the Job, the cadence in use and what the
-    current attempt restored (DECISIONS: one Job-level view; per index, each Attempt has its own)."""
+    current attempt restored (one Job-level view; per index, each Attempt has its own)."""
     attempts = slots.all()
     reads = [slots.view(a) for a in attempts]
     committed = [c for read in reads if (c := read.status.checkpoint) is not None and c.manifest]

@@ -1,8 +1,8 @@
 """What the attempts of one Job say about its slots: per index, what succeeded, failed, was lost, runs.
 
-A slot is one index (DECISIONS 4). Attempts are kept as they came from the informer (the reconciler
+A slot is one index (ADR 0046 §4). Attempts are kept as they came from the informer (the reconciler
 stops and patches them by those very objects) and read through their typed views; nothing here
-writes. The counts follow DECISIONS 4: a customer failure (``Failed``) counts against
+writes. The counts follow ADR 0046 §4: a customer failure (``Failed``) counts against
 ``backoffLimit`` over all indexes, lost capacity (``Lost``) against ``recovery.maxAttempts`` per
 index, and a ``Stopped`` attempt (suspend, restart, cancel) against neither.
 """

@@ -252,7 +252,7 @@ def test_two_four_node_gangs_on_six_hosts_run_one_after_the_other(running: Runni
     log = nodus(running, "logs", "attempt/second-0-1-r3", "-n", project)
     assert "NODUS_NODE_RANK=3 NODUS_GANG_SIZE=4 NODUS_WORLD_SIZE=4 NODUS_RENDEZVOUS_HOST=127.0.0.1" in log
     assert "RANK=3" in log
-    # fromRanks: All: each rank's file, committed with its rank, downloaded under rank-<n>/ (DECISIONS 7).
+    # fromRanks: All: each rank's file, committed with its rank, downloaded under rank-<n>/ (ADR 0046 §7).
     nodus(running, "outputs", "get", "second", "who", "-n", project, "-o", str(running.directory / "who"))
     assert [(running.directory / "who" / f"rank-{r}" / "who.txt").read_text() for r in range(4)] == ["0", "1", "2", "3"]
 

@@ -1,6 +1,6 @@
 """Write-time aliases of the Job spec, folded into their stored form on create and update.
 
-Three spellings are accepted on write and never stored (DECISIONS 10 and 11, reference L135):
+Three spellings are accepted on write and never stored (ADR 0046 §10, §11, reference L135):
 
 * ``activeDeadlineSeconds: 3600`` becomes ``timeout: 1h0m0s``. When ``timeout`` is also given and
   means the same duration, the user's ``timeout`` spelling is kept. On update, a ``timeout`` equal

@@ -1,6 +1,6 @@
 """Defaulting of the Job spec: the effective values are written into the stored spec.
 
-A default is declared once, on its model field (DECISIONS 5): that declaration is what OpenAPI
+A default is declared once, on its model field (ADR 0046 §5): that declaration is what OpenAPI
 and ``kubectl explain`` show, and :func:`apply_defaults` writes it into the request wherever the
 field is absent or ``null``. Objects whose every field has a default (``recovery`` and its
 ``checkpoint``, ``placement``, ``network.egress``) are declared with a model ``default_factory`` and

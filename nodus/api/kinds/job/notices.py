@@ -1,6 +1,6 @@
 """Warnings returned with a successful Job write (the ``Warning`` headers kubectl prints).
 
-One situation is worth a warning rather than a refusal (DECISIONS 16): a
+One situation is worth a warning rather than a refusal (ADR 0046 §16): a
 ``ttlSecondsAfterFinished`` shorter than ``recovery.checkpoint.retainAfterFinish``. The TTL deletes
 the Job and everything it owns, checkpoints included, so the checkpoints live only as long as the
 TTL; both are valid settings, but the shorter one wins, and the user should know which.

@@ -33,7 +33,7 @@ class JobStrategy(Strategy):
         super().prepare_for_create(obj)
         aliases.canonicalize(obj.get("spec"))
         defaults.apply_defaults(obj.get("spec"))
-        # The server's first observation (DECISIONS 2): accepted, not yet admitted. Controllers take
+        # The server's first observation (ADR 0046 §2): accepted, not yet admitted. Controllers take
         # it from here through /status.
         obj["status"] = {"phase": "Pending"}
 

@@ -4,10 +4,10 @@
   be variant ids. ``minMemory`` must be met by at least one selected variant.
 * ``distributed`` has exactly one of ``nodes`` and ``totalGPUs``; ``nodes`` above the beta cap is
   refused with a message naming the cap; ``gpusPerNode`` equals ``resources.gpu.count`` when both
-  are set; ``totalGPUs`` must split into a valid gang (DECISIONS 12), else the error names the
-  nearest totals that would; a distributed Job has ``completions: 1`` (DECISIONS 13).
+  are set; ``totalGPUs`` must split into a valid gang (ADR 0046 §12), else the error names the
+  nearest totals that would; a distributed Job has ``completions: 1`` (ADR 0046 §13).
 * A ``resources.nodes`` still present after aliases were folded disagreed with ``distributed``.
-* ``placement.dedicated: false`` is refused (DECISIONS 14).
+* ``placement.dedicated: false`` is refused (ADR 0046 §14).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Cross-field rules of what a Job reads and writes: inputs, declared outputs and Volume mounts.
 
-* An input has exactly one source among six (DECISIONS 6). ``fromStage`` is refused: it is valid
+* An input has exactly one source among six (ADR 0046 §6). ``fromStage`` is refused: it is valid
   only on Jobs a Pipeline creates, and nothing creates those yet. ``fromWorkspace`` is refused until
   the Workspace kind exists. Input names are unique.
-* Output names are unique, may not be ``outputs`` (the implicit output, DECISIONS 17), ``.`` or ``..``
+* Output names are unique, may not be ``outputs`` (the implicit output, ADR 0046 §17), ``.`` or ``..``
   (they become file and directory names when downloaded) and may not start with the reserved ``nodus.``
   prefix.
 * A Volume may not be mounted over a system path (:data:`SYSTEM_PATHS` or anything under one), a

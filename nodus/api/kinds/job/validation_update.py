@@ -3,13 +3,13 @@
 The reference (L16) makes everything immutable after create except ``parallelism``,
 ``backoffLimit``, ``timeout``, ``maxCostUSD`` (raise only), ``recovery.maxAttempts``,
 ``recovery.checkpoint.interval`` and ``retainAfterFinish``, ``ttlSecondsAfterFinished`` and
-``state``. ``activeDeadlineSeconds`` is an alias of ``timeout``, so it is as mutable (DECISIONS 10),
+``state``. ``activeDeadlineSeconds`` is an alias of ``timeout``, so it is as mutable (ADR 0046 §10),
 and a leftover ``resources.nodes`` is a conflict that validation already reports.
 
 Every changed immutable field gets its own error at its deepest changed path
 (``spec.resources.gpu.count: Invalid value: 8: field is immutable``). A list that changed length is
 reported as a whole. ``maxCostUSD`` may be added, or raised, never lowered or removed.
-``state: Cancelled`` is one-way (DECISIONS 1); entering it from Running or Suspended is allowed. A
+``state: Cancelled`` is one-way (ADR 0046 §1); entering it from Running or Suspended is allowed. A
 finished Job (phase Succeeded, Failed or Cancelled) keeps its state: nothing is left to suspend, resume or
 cancel, and a changed state would read as if it had been (``State: Cancelled`` beside ``Phase: Succeeded``).
 """

@@ -19,7 +19,7 @@ MAX_COMPLETIONS = 10000
 
 
 def image_rules(spec: JSONObject, path: Path) -> list[FieldError]:
-    """Exactly one of ``image`` (as written) and ``imageRef`` (digest-pinned), DECISIONS 9."""
+    """Exactly one of ``image`` (as written) and ``imageRef`` (digest-pinned), ADR 0046 §9."""
     return exactly_one_of(spec, path, ("image", "imageRef"), missing_at=path.child("image"))
 
 

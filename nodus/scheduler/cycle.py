@@ -25,19 +25,28 @@ near O(shapes x offerings + works x offerings) with cheap steps.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from nodus.scheduler import explaining, filters, gangs, scoring
+from nodus.apis.v1 import phases
+from nodus.scheduler import explaining, filters, gangs, pools, scoring
+from nodus.scheduler.rooms import Demand, Room
 from nodus.scheduler.snapshot import Host, Network, Offering, Profile, Snapshot, Transport, Work, WorkKey, format_usd
+
+_MICRO_USD = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """The decision to run ``work`` on ``offering``: on the warm host ``node``, or on a new host when None."""
+    """The decision to run ``work`` on ``offering``: on the warm host ``node``, or on a new host when None.
+
+    A pool binding has ``pool`` and its ``node`` and no offering (``offering`` is ''). ``gpu_indexes`` are
+    the host's GPU ordinals given to the Work when it shares a host (None: the whole host).
+    """
 
     work: WorkKey
     offering: str
@@ -52,16 +61,26 @@ class Binding:
     # Where the host is: a gang's members' path classes (``gangs.path_class``) follow from these.
     provider: str = ""
     region: str = ""
+    gpu_indexes: tuple[int, ...] | None = None
+    pool: str | None = None
 
     def placement(self) -> dict[str, Any]:
-        """The Attempt's ``status.placement`` as served (camelCase; ``node`` only for a warm reuse)."""
-        placement: dict[str, Any] = {"offering": self.offering}
+        """The Attempt's ``status.placement`` as served (camelCase; ``node`` only for a warm reuse or a pool host)."""
+        placement: dict[str, Any] = {}
+        if self.pool is not None:
+            placement["pool"] = self.pool
+        if self.offering:
+            placement["offering"] = self.offering
         if self.node is not None:
             placement["node"] = self.node
+        if self.gpu_indexes is not None:
+            placement["gpuIndexes"] = list(self.gpu_indexes)
         if self.provider:
-            placement.update(provider=self.provider, region=self.region)
+            placement["provider"] = self.provider
+            if self.region:
+                placement["region"] = self.region
         placement.update(
-            regionClass=self.region_class,
+            **({"regionClass": self.region_class} if self.region_class else {}),
             interruptible=self.interruptible,
             rateUSDPerHour=format_usd(self.rate_usd_per_hour),
             warmReuse=self.warm_reuse,
@@ -100,7 +119,7 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
     offerings = sorted(snapshot.offerings, key=lambda o: o.id)
     by_id = {o.id: o for o in offerings}
     names = filters.family_names(offerings)
-    ledger = _Ledger(offerings, snapshot.hosts, snapshot.now)
+    ledger = _Ledger(offerings, snapshot.hosts, snapshot.now, snapshot.cold_start)
     plans: dict[tuple[filters.Requirements, Profile, timedelta, tuple[str, ...]], _Plan] = {}
 
     def plan_for(work: Work) -> _Plan:
@@ -114,6 +133,16 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
     bindings: list[Binding] = []
     unschedulable: list[Unschedulable] = []
     for item in gangs.queue(snapshot.work):
+        work_of = item.leader if isinstance(item, gangs.Gang) else item
+        if work_of.pool is not None:
+            members = item.members if isinstance(item, gangs.Gang) else (item,)
+            for member in members:
+                decided = _place_on_pool(snapshot, member, filters.Requirements.of(member, names), ledger)
+                if isinstance(decided, Binding):
+                    bindings.append(decided)
+                else:
+                    unschedulable.append(decided)
+            continue
         if isinstance(item, gangs.Gang):
             if item.complete:  # else its other ranks are yet to be created or seen: decide nothing yet
                 placed, waiting = _place_gang(snapshot.cycle, item, plan_for(item.leader), by_id, ledger)
@@ -127,9 +156,34 @@ def run_cycle(snapshot: Snapshot) -> CycleResult:
         if choice is None:
             unschedulable.append(Unschedulable(work.key, plan.unschedulable_message(full), bool(plan.fitting)))
             continue
-        node = ledger.take(choice.option)
-        bindings.append(_binding(snapshot.cycle, work, choice, node, plan, full))
+        seat = ledger.take(choice.option)
+        bindings.append(_binding(snapshot.cycle, work, choice, seat, plan, full))
     return CycleResult(snapshot.cycle, bindings, unschedulable)
+
+
+def _place_on_pool(
+    snapshot: Snapshot, work: Work, need: filters.Requirements, ledger: _Ledger
+) -> Binding | Unschedulable:
+    """Place ``work`` on a host of its pool (taking its room from ``ledger``), or say why not."""
+    decided = pools.place(snapshot.cycle, work, need, ledger.pool_rooms(work.key.namespace), snapshot.fee)
+    if isinstance(decided, pools.Refused):
+        return Unschedulable(work.key, decided.message, decided.waiting)
+    decided.room.take(pools.demand_of(work, need))
+    return Binding(
+        work=work.key,
+        offering="",
+        node=decided.room.host.name,
+        rate_usd_per_hour=decided.rate,
+        region_class="",
+        interruptible=False,
+        warm_reuse=decided.room.attempts > 1,
+        expected_cost_usd=decided.rate * Decimal(work.expected_duration.total_seconds()) / 3600,
+        explain=decided.explain,
+        cycle=snapshot.cycle,
+        provider="pool",
+        gpu_indexes=decided.gpus,
+        pool=work.pool,
+    )
 
 
 def _place_gang(
@@ -172,8 +226,13 @@ class _Plan:
 
     @classmethod
     def build(cls, need: filters.Requirements, work: Work, offerings: Sequence[Offering], ledger: _Ledger) -> _Plan:
-        """Filter ``offerings`` (sorted by id) for ``need`` and rank the options of those that fit."""
-        fitting, rejected = filters.screen(need, offerings)
+        """Filter ``offerings`` (sorted by id) for ``need`` and rank the options of those that fit.
+
+        On a shareable offering a Work that shares a host pays the offering's rate for its GPUs only
+        (``rate x GPUs asked / GPUs per host``), so that is the rate filtered on and ranked by.
+        """
+        share = Demand(need.gpus, need.cpu, need.memory)
+        fitting, rejected = filters.screen(need, [_priced(o, need) for o in offerings])
         options = [
             option
             for offering in fitting
@@ -181,8 +240,10 @@ class _Plan:
                 offering,
                 work.expected_duration,
                 work.interruptible,
-                ledger.had_idle(offering.id),
+                ledger.had_room(offering.id) if filters.shares(need, offering) else ledger.had_idle(offering.id),
                 avoided=offering.id in work.avoid,
+                cold=ledger.boots(offering),
+                share=share if filters.shares(need, offering) else None,
             )
         ]
         # Nearest miss (highest stage) first; the sort is stable, so offerings stay in id order.
@@ -208,20 +269,43 @@ class _Plan:
 
 
 class _Ledger:
-    """Capacity in use and idle hosts per offering, consumed as the cycle binds. The only mutable state."""
+    """Capacity in use, idle hosts and hosts' free room, consumed as the cycle binds. The only mutable state.
 
-    def __init__(self, offerings: Sequence[Offering], hosts: Sequence[Host], now: datetime) -> None:
+    Idle hosts (``_idle``) are taken whole; a shareable offering's usable hosts (``_rooms``) and every pool
+    host (``_pools``, by project) are shared by what fits in their :class:`~nodus.scheduler.rooms.Room`.
+    An idle host of a shareable offering is in both: taken whole it is gone from its rooms, shared it is gone
+    from the idle hosts.
+    """
+
+    def __init__(
+        self, offerings: Sequence[Offering], hosts: Sequence[Host], now: datetime, cold_start: frozenset[str] | None
+    ) -> None:
         self._capacity = {o.id: o.capacity for o in offerings}
+        self._cold_start = cold_start
         self._in_use = dict.fromkeys(self._capacity, 0)
         self._idle: dict[str, list[str]] = {}
+        self._rooms: dict[str, list[Room]] = {}
+        self._pools: dict[str, list[Room]] = {}
+        by_id = {o.id: o for o in offerings}
         for host in sorted(hosts, key=lambda h: h.name):
-            if host.offering not in self._capacity:
+            if host.pool is not None:
+                assert host.shape is not None
+                room = Room.of(host, host.shape.gpu_indexes, host.shape.vcpu, host.shape.memory)
+                self._pools.setdefault(host.pool.project, []).append(room)
+                continue
+            offering = by_id.get(host.offering or "")
+            if offering is None:
                 continue  # an offering gone from the price book: nothing can be placed on it
             if host.holds_capacity():
-                self._in_use[host.offering] += 1
-            if host.is_idle_at(now):
-                self._idle.setdefault(host.offering, []).append(host.name)
+                self._in_use[offering.id] += 1
+            idle = host.is_idle_at(now)
+            if idle:
+                self._idle.setdefault(offering.id, []).append(host.name)
+            if offering.shareable and (idle or (host.busy and _joinable(host))):
+                shape = tuple(range(offering.gpus))
+                self._rooms.setdefault(offering.id, []).append(Room.of(host, shape, offering.vcpu, offering.memory))
         self._had_idle = frozenset(self._idle)
+        self._had_room = frozenset(self._rooms)
         for names in self._idle.values():
             names.reverse()  # so pop() hands out hosts in name order
 
@@ -229,43 +313,104 @@ class _Ledger:
         """Whether the offering had an idle host when the cycle began."""
         return offering in self._had_idle
 
+    def had_room(self, offering: str) -> bool:
+        """Whether the (shareable) offering had a host others may join when the cycle began."""
+        return offering in self._had_room
+
+    def boots(self, offering: Offering) -> bool:
+        """Whether a new host of ``offering`` may be started: its provider is the active one."""
+        return self._cold_start is None or offering.provider in self._cold_start
+
+    def pool_rooms(self, project: str) -> list[Room]:
+        """Every pool host of ``project`` (by name), with what is free on it now in the cycle."""
+        return self._pools.get(project, [])
+
     def available(self, option: scoring.Option) -> bool:
         offering = option.offering.id
         if option.warm:
+            if option.share is not None:
+                return self._best_room(offering, option.share) is not None
             return bool(self._idle.get(offering))
         capacity = self._capacity[offering]
         return capacity is None or self._in_use[offering] < capacity
 
-    def take(self, option: scoring.Option) -> str | None:
-        """Consume what ``option`` needs; returns the warm host's name, or None for a new host."""
+    def take(self, option: scoring.Option) -> Seat:
+        """Consume what ``option`` needs; returns the warm host's name (None for a new host) and its GPUs."""
         offering = option.offering.id
+        share = option.share
+        if option.warm and share is not None:
+            room = self._best_room(offering, share)
+            assert room is not None
+            name = room.host.name
+            if name in self._idle.get(offering, ()):
+                self._idle[offering].remove(name)
+            return Seat(name, room.take(share))
         if option.warm:
-            return self._idle[offering].pop()
+            name = self._idle[offering].pop()
+            for room in self._rooms.get(offering, ()):
+                if room.host.name == name:
+                    room.whole = True  # taken whole: nothing joins it
+            return Seat(name, None)
         self._in_use[offering] += 1
-        return None
+        # A new host: a share of it gets its first GPUs; the rest is room for later cycles, once the Node exists.
+        return Seat(None, tuple(range(share.gpus)) if share is not None else None)
+
+    def _best_room(self, offering: str, demand: Demand) -> Room | None:
+        """The room of ``offering`` where ``demand`` fits with the fewest GPUs left free, then by name."""
+        fitting = [room for room in self._rooms.get(offering, ()) if room.why_not(demand) is None]
+        return min(fitting, key=lambda room: (room.left_after(demand), room.host.name), default=None)
 
     @contextlib.contextmanager
     def trial(self) -> Iterator[None]:
         """Take freely inside the block; on exit the ledger is as it was (a gang's trial placement)."""
         in_use, idle = dict(self._in_use), {offering: list(names) for offering, names in self._idle.items()}
+        rooms = self._rooms
+        self._rooms = {offering: [room.copy() for room in kept] for offering, kept in rooms.items()}
         try:
             yield
         finally:
-            self._in_use, self._idle = in_use, idle
+            self._in_use, self._idle, self._rooms = in_use, idle, rooms
 
     def usage(self, offering: str) -> gangs.Usage:
         """The offering's hosts holding capacity, its capacity and its idle hosts, as of now in the cycle."""
         return gangs.Usage(self._in_use[offering], self._capacity[offering], len(self._idle.get(offering, ())))
 
     def full(self, offerings: Sequence[Offering]) -> list[tuple[str, str]]:
-        """(offering id, reason) for each of ``offerings`` with neither an idle host nor capacity left."""
+        """(offering id, reason) for each of ``offerings`` with neither an idle host nor capacity left, or whose
+        provider is not the active one and that has no idle host."""
         full = []
         for offering in offerings:
+            if self._idle.get(offering.id):
+                continue
+            if not self.boots(offering):
+                full.append((offering.id, filters.unbooted_reason(offering.provider, self._cold_start)))
+                continue
             capacity = self._capacity[offering.id]
-            if capacity is None or self._idle.get(offering.id) or self._in_use[offering.id] < capacity:
+            if capacity is None or self._in_use[offering.id] < capacity:
                 continue
             full.append((offering.id, filters.full_reason(self._in_use[offering.id], capacity)))
         return full
+
+
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """What the cycle took for a binding: the warm host (None: a new one) and its GPUs given (None: whole host)."""
+
+    node: str | None
+    gpu_indexes: tuple[int, ...] | None
+
+
+def _joinable(host: Host) -> bool:
+    """Whether a busy host of a shareable offering may take more attempts (its room says how many)."""
+    return not host.unschedulable and host.phase in phases.NODE_USABLE
+
+
+def _priced(offering: Offering, need: filters.Requirements) -> Offering:
+    """``offering`` as a Work sharing its host sees it: its rate for the GPUs the Work asks for."""
+    if not filters.shares(need, offering) or need.gpus >= offering.gpus:
+        return offering
+    rate = (offering.rate_usd_per_hour * need.gpus / offering.gpus).quantize(_MICRO_USD, rounding=ROUND_HALF_UP)
+    return dataclasses.replace(offering, rate_usd_per_hour=rate)
 
 
 def _stage_descending(item: tuple[int, str, str]) -> int:
@@ -276,7 +421,7 @@ def _binding(
     cycle: int,
     work: Work,
     choice: scoring.Choice,
-    node: str | None,
+    seat: Seat,
     plan: _Plan,
     full: list[tuple[str, str]],
     gang: str | None = None,
@@ -286,10 +431,14 @@ def _binding(
         for _, offering_id, reason in plan.rejected:
             yield offering_id, reason
 
-    offering = choice.option.offering
+    offering, node = choice.option.offering, seat.node
     explain = explaining.binding(
         cycle, work.profile, work.interruptible, choice, node, rejected(), len(full) + len(plan.rejected)
     )
+    if seat.gpu_indexes is not None:
+        shared = ",".join(str(i) for i in seat.gpu_indexes)
+        rate = format_usd(offering.rate_usd_per_hour)
+        explain += f"\nshares its host: GPUs {shared} of {offering.gpus}, at ${rate}/h for them"
     if gang is not None:
         explain = f"{gang}\n{explain}"
     return Binding(
@@ -305,4 +454,5 @@ def _binding(
         cycle=cycle,
         provider=offering.provider,
         region=offering.region,
+        gpu_indexes=seat.gpu_indexes,
     )

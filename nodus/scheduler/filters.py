@@ -53,6 +53,8 @@ class Requirements:
     max_rate: Decimal | None
     offerings: frozenset[str]
     offerings_text: str
+    # placement.dedicated: a whole host, so a shareable offering's GPU count must still equal the request.
+    dedicated: bool = False
 
     @classmethod
     def of(cls, work: Work, families: Mapping[str, str]) -> Requirements:
@@ -90,6 +92,7 @@ class Requirements:
             max_rate=work.max_rate_usd_per_hour,
             offerings=frozenset(work.offerings),
             offerings_text=_listed(work.offerings),
+            dedicated=work.dedicated,
         )
 
 
@@ -131,11 +134,18 @@ def accelerator(need: Requirements, offering: Offering) -> str | None:
     return None
 
 
+def shares(need: Requirements, offering: Offering) -> bool:
+    """Whether the Work would take a share of a host of ``offering`` (its own GPUs) rather than the whole host."""
+    return offering.shareable and bool(need.gpus) and not need.dedicated
+
+
 def gpu_count(need: Requirements, offering: Offering) -> str | None:
-    # Hosts are dedicated (one attempt per host), so the host's GPUs must be exactly the count asked for.
-    if need.gpus and offering.gpus != need.gpus:
-        return f"have another GPU count per host than {need.gpus}"
-    return None
+    # A whole host must have exactly the GPUs asked for; a shareable one at least as many (ADR 0048).
+    if not need.gpus or offering.gpus == need.gpus:
+        return None
+    if shares(need, offering):
+        return None if offering.gpus > need.gpus else f"have fewer GPUs per host than {need.gpus}"
+    return f"have another GPU count per host than {need.gpus}"
 
 
 def gpu_memory(need: Requirements, offering: Offering) -> str | None:
@@ -189,6 +199,13 @@ def max_rate(need: Requirements, offering: Offering) -> str | None:
 def full_reason(in_use: int, capacity: int) -> str:
     """The reason for an offering that fits but has no host left to give (stage :data:`CAPACITY_STAGE`)."""
     return f"are full ({in_use} of {capacity} {'host' if capacity == 1 else 'hosts'} in use)"
+
+
+def unbooted_reason(provider: str, active: frozenset[str] | None) -> str:
+    """The reason for an offering that fits but whose hosts no active provider boots (and none is up)."""
+    if not active:
+        return f"have no host up, and no provider boots {provider} hosts (the controllers run with --provider none)"
+    return f"have no host up, and the active provider ({', '.join(sorted(active))}) does not boot {provider} hosts"
 
 
 Check = Callable[["Requirements", Offering], "str | None"]

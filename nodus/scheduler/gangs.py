@@ -184,7 +184,9 @@ class Ledger(Protocol):
 
     def available(self, option: scoring.Option) -> bool: ...
 
-    def take(self, option: scoring.Option) -> str | None: ...
+    def take(self, option: scoring.Option) -> object:
+        """Consume what ``option`` needs (what it returns, the seat taken, a trial ignores)."""
+        ...
 
     def trial(self) -> AbstractContextManager[None]:
         """A block in which :meth:`take` may be called freely: on exit the ledger is as before."""

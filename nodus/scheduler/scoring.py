@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
+from nodus.scheduler.rooms import Demand
 from nodus.scheduler.snapshot import Interruptible, Offering, Profile
 
 BALANCED_COST_TOLERANCE = Decimal("0.10")
@@ -63,6 +64,9 @@ class Option:
     cost: Decimal
     family_rank: int
     tier: int
+    # A share of a host of a shareable offering (its own GPUs, at the offering's rate for them): warm joins a
+    # host that has room for it, cold starts a new one. None: a whole host, as before.
+    share: Demand | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +106,28 @@ def expected_cost(offering: Offering, run: timedelta, warm: bool) -> Decimal:
 
 
 def options(
-    offering: Offering, duration: timedelta, interruptible: Interruptible, warm: bool, *, avoided: bool = False
+    offering: Offering,
+    duration: timedelta,
+    interruptible: Interruptible,
+    warm: bool,
+    *,
+    avoided: bool = False,
+    cold: bool = True,
+    share: Demand | None = None,
 ) -> list[Option]:
-    """The cold option on ``offering`` and, when it has an idle host (``warm``), the warm one."""
+    """The cold option on ``offering`` (unless ``cold`` is False: its provider boots nothing here) and, when it
+    has an idle host or one with room (``warm``), the warm one. ``share``: what a Work takes of a shared host."""
     run = expected_run(offering, duration)
     tier = 1 if interruptible == "Prefer" and not offering.interruptible else 0
     if avoided:
         tier += 2
     rank = family_rank(offering)
-    made = [Option(offering, False, offering.boot_p50, run, expected_cost(offering, run, False), rank, tier)]
+    made = []
     if warm:
-        made.insert(0, Option(offering, True, timedelta(0), run, expected_cost(offering, run, True), rank, tier))
+        made.append(Option(offering, True, timedelta(0), run, expected_cost(offering, run, True), rank, tier, share))
+    if cold:
+        cost = expected_cost(offering, run, False)
+        made.append(Option(offering, False, offering.boot_p50, run, cost, rank, tier, share))
     return made
 
 

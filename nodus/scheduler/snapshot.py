@@ -13,7 +13,7 @@ decides whether to skip that one object or the whole cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -79,6 +79,8 @@ class Offering:
     boot_p50: timedelta
     boot_p90: timedelta
     capacity: int | None
+    # Whether attempts may share one host of it, each with its own GPUs (price book ``shareable``, ADR 0048).
+    shareable: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Offering:
@@ -107,39 +109,154 @@ class Offering:
             boot_p50=_duration(boot.get("p50", "0s"), "spec.boot.p50") or timedelta(0),
             boot_p90=_duration(boot.get("p90", boot.get("p50", "0s")), "spec.boot.p90") or timedelta(0),
             capacity=None if capacity is None else _integer(capacity, "status.capacity"),
+            shareable=bool(spec.get("shareable", False)),
+        )
+
+
+class PoolRef(NamedTuple):
+    """The Pool a host joined: its project and name (a Node's ``spec.pool``)."""
+
+    project: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformFee:
+    """The price book's ``platformFee``: what an hour on a pool host (the customer's own) costs, in USD.
+
+    A pool attempt pays ``per_gpu_hour`` for each GPU it takes, or ``per_host_hour`` when it takes none.
+    """
+
+    per_gpu_hour: Decimal = Decimal("0.20")
+    per_host_hour: Decimal = Decimal("0.05")
+
+    def rate(self, gpus: int) -> Decimal:
+        """The rate of an attempt that takes ``gpus`` GPUs of a pool host."""
+        return self.per_gpu_hour * gpus if gpus else self.per_host_hour
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """What one unfinished attempt on (or bound to) a host holds of it.
+
+    ``gpus`` are the ordinals of its placement's ``gpuIndexes``; ``whole`` is True when it holds the whole
+    host (a placement without ``gpuIndexes``, the old behaviour, or ``placement.dedicated``). ``cpu`` and
+    ``memory`` are its requests (None: unset, counted as the host's per-GPU share of what it takes).
+    """
+
+    gpus: tuple[int, ...]
+    cpu: Decimal | None
+    memory: Decimal | None
+    whole: bool
+    dedicated: bool
+
+    @classmethod
+    def from_object(cls, attempt_obj: Mapping[str, Any]) -> Use:
+        """What an Attempt object as served holds of the host its placement (or ``spec.node``) names."""
+        spec, status = attempt_obj.get("spec") or {}, attempt_obj.get("status") or {}
+        placement, resources = status.get("placement") or {}, spec.get("resources") or {}
+        dedicated = (spec.get("placement") or {}).get("dedicated") is True
+        indexes = placement.get("gpuIndexes")
+        return cls(
+            gpus=tuple(sorted(int(i) for i in indexes or ())),
+            cpu=_quantity(resources.get("cpu"), "spec.resources.cpu"),
+            memory=_quantity(resources.get("memory"), "spec.resources.memory"),
+            whole=indexes is None or dedicated,
+            dedicated=dedicated,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a pool host offers, from its Node's ``status.capacity`` and ``status.gpuIndexes``.
+
+    ``accelerator`` is None when its GPU model is not in the accelerator catalog; ``gpu_memory`` is
+    bytes per GPU; ``interconnect`` is ``nvlink``, ``pcie`` or None.
+    """
+
+    gpu_indexes: tuple[int, ...]
+    accelerator: str | None
+    family: str | None
+    model: str | None
+    gpu_memory: Decimal | None
+    interconnect: str | None
+    vcpu: Decimal
+    memory: Decimal
+    disk: Decimal
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_indexes)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> Shape:
+        capacity = status.get("capacity") or {}
+        count = capacity.get("gpus") or 0
+        indexes = status.get("gpuIndexes")
+        return cls(
+            gpu_indexes=tuple(sorted(int(i) for i in indexes)) if indexes is not None else tuple(range(int(count))),
+            accelerator=capacity.get("accelerator"),
+            family=capacity.get("gpuFamily"),
+            model=capacity.get("gpuModel"),
+            gpu_memory=_quantity(capacity.get("gpuMemory"), "status.capacity.gpuMemory"),
+            interconnect=(str(capacity["interconnect"]).lower() if capacity.get("interconnect") else None),
+            vcpu=_quantity(capacity.get("cpu") or 0, "status.capacity.cpu") or Decimal(0),
+            memory=_quantity(capacity.get("memory") or 0, "status.capacity.memory") or Decimal(0),
+            disk=_quantity(capacity.get("disk") or 0, "status.capacity.disk") or Decimal(0),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Host:
-    """One Node: which offering it is, its phase, and whether an attempt is on it (``busy``).
+    """One Node: which offering (or Pool) it is, its phase, and what the attempts on it hold.
 
-    ``busy`` is not in the Node object: the controller knows it from the Attempts that name the node
-    and are not yet finished. A Node without ``status.phase`` has just been created by the
-    provisioner, so it is taken to be ``Booting``.
+    ``busy`` and ``uses`` are not in the Node object: the controller knows them from the Attempts that
+    name the node and are not yet finished (``uses`` has one :class:`Use` each; ``busy`` is True when
+    there is any, or when the controller has just bound one there). A Node without ``status.phase``
+    has just been created by the provisioner, so it is taken to be ``Booting``.
+
+    A pool host (``pool`` set) has no offering: its ``shape`` comes from what its agent discovered.
+    An offering's host is shaped by its offering.
     """
 
     name: str
-    offering: str
+    offering: str | None
     phase: str
     busy: bool
     unschedulable: bool
     warm_until: datetime | None
+    pool: PoolRef | None = None
+    shape: Shape | None = None
+    uses: tuple[Use, ...] = ()
 
     @classmethod
-    def from_object(cls, node_obj: Mapping[str, Any], busy: bool) -> Host:
-        """Build from a Node object as served; ``busy`` says whether an unfinished attempt is on it."""
+    def from_object(cls, node_obj: Mapping[str, Any], busy: bool, uses: Sequence[Use] = ()) -> Host:
+        """Build from a Node object as served; ``busy`` says whether an unfinished attempt is on it, ``uses``
+        what each of them holds."""
         metadata, spec = node_obj.get("metadata") or {}, node_obj.get("spec") or {}
         status = node_obj.get("status") or {}
-        offering = spec.get("offering") or (metadata.get("labels") or {}).get(labels.OFFERING)
+        pool = spec.get("pool")
         warm_until = status.get("warmUntil")
+        offering: str | None = None
+        pool_ref: PoolRef | None = None
+        if pool:
+            pool_ref = PoolRef(
+                _required(pool.get("project"), "spec.pool.project"), _required(pool.get("name"), "spec.pool.name")
+            )
+        else:
+            offering = _required(
+                spec.get("offering") or (metadata.get("labels") or {}).get(labels.OFFERING), "spec.offering"
+            )
         return cls(
             name=_required(metadata.get("name"), "metadata.name"),
-            offering=_required(offering, "spec.offering"),
+            offering=offering,
             phase=str(status.get("phase") or "Booting"),
-            busy=busy,
+            busy=busy or bool(uses),
             unschedulable=bool(spec.get("unschedulable", False)),
             warm_until=None if warm_until is None else units.parse_time(warm_until),
+            pool=pool_ref,
+            shape=Shape.from_status(status) if pool_ref is not None else None,
+            uses=tuple(uses),
         )
 
     def holds_capacity(self) -> bool:
@@ -216,6 +333,10 @@ class Work:
     avoid: tuple[str, ...] = ()
     gang: GangRequest | None = None
     gang_placed: tuple[str, ...] = ()
+    # ``placement.pool``: only hosts of this Pool in the Work's project (``key.namespace``) may run it.
+    pool: str | None = None
+    # ``placement.dedicated: true``: the Work takes a whole, empty host and nothing joins it.
+    dedicated: bool = False
 
     @property
     def gang_key(self) -> GangKey | None:
@@ -255,6 +376,8 @@ class Work:
             else _duration(expected, "spec.expectedDuration") or timedelta(0),
             avoid=tuple(sorted(str(o) for o in spec.get("avoidOfferings") or ())),
             gang=_gang_request(spec),
+            pool=placement.get("pool") or None,
+            dedicated=placement.get("dedicated") is True,
         )
 
 
@@ -288,6 +411,11 @@ class Snapshot:
     work: list[Work]
     offerings: list[Offering]
     hosts: list[Host]
+    # What a pool attempt pays (the price book's platformFee).
+    fee: PlatformFee = PlatformFee()
+    # The providers whose offerings may be cold-started (the controllers' active one; empty: none, only hosts
+    # that are up). None: any (estimates, which do not know the controllers' provider).
+    cold_start: frozenset[str] | None = None
 
 
 def _gpu_request(gpu: Mapping[str, Any] | None) -> GpuRequest | None:

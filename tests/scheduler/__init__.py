@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nodus.scheduler import Host, Offering, Snapshot, Work
+from nodus.scheduler.snapshot import Use
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -129,3 +130,63 @@ def make_snapshot(
     work: list[Work], offerings: list[Offering], hosts: list[Host] | None = None, cycle: int = 7
 ) -> Snapshot:
     return Snapshot(cycle=cycle, now=NOW, work=work, offerings=offerings, hosts=hosts or [])
+
+
+def pool_node_object(
+    name: str,
+    pool: str = "lab",
+    *,
+    project: str = "demo",
+    gpus: int = 4,
+    accelerator: str | None = "h100-sxm-80g",
+    family: str | None = "H100",
+    interconnect: str | None = "nvlink",
+    cpu: str = "64",
+    memory: str = "512Gi",
+    phase: str | None = "Ready",
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    """A Node that joined Pool ``pool`` of ``project``, with the shape its agent discovered."""
+    capacity: dict[str, Any] = {"gpus": gpus, "cpu": cpu, "memory": memory, "disk": "2Ti"}
+    if gpus:
+        capacity.update(accelerator=accelerator, gpuFamily=family, gpuModel="NVIDIA H100 80GB HBM3")
+        capacity.update(gpuMemory="80Gi", interconnect=interconnect)
+    status: dict[str, Any] = {"capacity": capacity, "gpuIndexes": list(range(gpus))}
+    if phase is not None:
+        status["phase"] = phase
+    return {
+        "metadata": {"name": name, "labels": {"nodus.dev/pool": pool, "nodus.dev/pool-project": project}},
+        "spec": {"pool": {"project": project, "name": pool}, "provider": "pool", "unschedulable": unschedulable},
+        "status": status,
+    }
+
+
+def use(
+    gpu_indexes: list[int] | None, *, cpu: str | None = None, memory: str | None = None, dedicated: bool = False
+) -> Use:
+    """What an unfinished attempt placed with ``gpu_indexes`` (None: the whole host) holds of its host."""
+    resources: dict[str, Any] = {}
+    if cpu is not None:
+        resources["cpu"] = cpu
+    if memory is not None:
+        resources["memory"] = memory
+    placement: dict[str, Any] = {"node": "n"}
+    if gpu_indexes is not None:
+        placement["gpuIndexes"] = gpu_indexes
+    spec: dict[str, Any] = {"resources": resources, "placement": {"dedicated": True} if dedicated else {}}
+    return Use.from_object({"spec": spec, "status": {"placement": placement}})
+
+
+def make_pool_host(name: str, pool: str = "lab", *, uses: tuple[Use, ...] = (), **fields: Any) -> Host:
+    """A pool host; ``fields`` are :func:`pool_node_object`'s keywords."""
+    return Host.from_object(pool_node_object(name, pool, **fields), busy=False, uses=uses)
+
+
+def make_shared_host(name: str, offering: str, *, uses: tuple[Use, ...] = (), phase: str = "Ready") -> Host:
+    """A host of a (shareable) offering with ``uses`` on it."""
+    obj = {
+        "metadata": {"name": name, "labels": {"nodus.dev/offering": offering}},
+        "spec": {"offering": offering, "provider": "sim"},
+        "status": {"phase": phase},
+    }
+    return Host.from_object(obj, busy=False, uses=uses)

@@ -22,6 +22,7 @@ from nodus.api.http import (
     blobs,
     credits,
     discovery,
+    jointokens,
     logs,
     nodecredentials,
     outputs,
@@ -137,6 +138,9 @@ def create_app(server: APIServer) -> FastAPI:
     every_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     router.add_route("/apis/nodus.dev/v1/projects/{name}/credits", credits.credits, every_method)
     router.add_route("/apis/nodus.dev/v1/nodecredentials", nodecredentials.create, every_method)
+    pool = "/apis/nodus.dev/v1/namespaces/{namespace}/pools/{name}"
+    router.add_route(f"{pool}/jointokens", jointokens.join_tokens, every_method)
+    router.add_route(f"{pool}/jointokens/{{id}}", jointokens.join_token, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/holds/{hold}", billing.hold_state, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/postings", billing.postings, every_method)
     router.add_route(

@@ -104,6 +104,25 @@ def _validate_qualified_key(key: Any, path: Path) -> list[FieldError]:
     return errors
 
 
+def validate_labels(labels: Any, path: Path) -> list[FieldError]:
+    """A map of labels as ``metadata.labels`` holds them (qualified keys, label values), at ``path``."""
+    if not isinstance(labels, dict):
+        return [fieldpath.invalid(path, None, "must be a map of string keys to string values")]
+    errors: list[FieldError] = []
+    for key, value in labels.items():
+        errors += _validate_qualified_key(key, path)
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(
+                fieldpath.invalid(
+                    path.key(str(key)),
+                    value,
+                    "a label value must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                    "'.', start and end with an alphanumeric character, and be at most 63 characters",
+                )
+            )
+    return errors
+
+
 def validate_metadata(metadata: Any, dns_label_names: bool) -> list[FieldError]:
     """Generic ObjectMeta checks: name, labels, annotations, finalizers, ownerReferences."""
     path = Path("metadata")
@@ -119,22 +138,7 @@ def validate_metadata(metadata: Any, dns_label_names: bool) -> list[FieldError]:
         errors += validate_name(name, path.child("name"), dns_label_names)
     labels = metadata.get("labels")
     if labels is not None:
-        if not isinstance(labels, dict):
-            errors.append(
-                fieldpath.invalid(path.child("labels"), None, "must be a map of string keys to string values")
-            )
-        else:
-            for key, value in labels.items():
-                errors += _validate_qualified_key(key, path.child("labels"))
-                if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-                    errors.append(
-                        fieldpath.invalid(
-                            path.child("labels").key(str(key)),
-                            value,
-                            "a label value must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                            "'.', start and end with an alphanumeric character, and be at most 63 characters",
-                        )
-                    )
+        errors += validate_labels(labels, path.child("labels"))
     annotations = metadata.get("annotations")
     if annotations is not None:
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):

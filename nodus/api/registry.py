@@ -74,6 +74,9 @@ class KindInfo:
     )
     # False for kinds written only by controllers: users may then only get, list and watch.
     user_writable: bool = True
+    # True when only a project's Owners write the kind (Editors and Viewers read it): a Pool lets hosts into the
+    # project, as its members list lets people in.
+    owners_write: bool = False
     # False for cluster-scoped kinds that only administrators and the controllers may read (BootstrapToken).
     cluster_readable: bool = True
     # Names are RFC 1123 labels (at most 63 characters) rather than subdomains.

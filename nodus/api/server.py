@@ -24,6 +24,7 @@ from nodus.api.listwatch import ListWatch
 from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
+from nodus.api.pools import PoolHosts
 from nodus.api.projectdeletion import ProjectDeletion
 from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
@@ -69,6 +70,8 @@ class APIServer:
         self.listwatch = ListWatch(self.storage)
         self.logs = Logs(self.storage, self.stores["attempts"])
         self.credits = Credits(self.stores["projects"], self.storage)
+        # Pools' join tokens and the hosts that join with them (ADR 0047).
+        self.pools = PoolHosts(self.stores["pools"], self.stores["nodes"], self.stores["bootstraptokens"], self.storage)
         self.tokens = (
             TokenAuthenticator.from_file(settings.token_auth_file)
             if settings.token_auth_file

@@ -9,10 +9,11 @@ roles. Everyone else is a user:
 A Project's ``spec.members`` lists ``{name, role}``; ``name`` is a user name, or ``group:<group>``
 for everyone in a group. Roles are cumulative: **Viewer** may get, list and watch what the project
 holds; **Editor** may also create, update, patch and delete it; **Owner** may also update the
-Project itself (its members). A member named ``group:<g>`` matches members of group ``g`` only, never a
-user who happens to be named ``group:<g>``. Creating and deleting Projects, and writing any
-``/status``, is for administrators and the controllers. A cluster-wide list or watch is narrowed to
-the projects the caller can read and reveals nothing about the others.
+Project itself (its members) and write the kinds that let someone in (``KindInfo.owners_write``:
+Pools, whose join tokens admit hosts, ADR 0047). A member named ``group:<g>`` matches members of
+group ``g`` only, never a user who happens to be named ``group:<g>``. Creating and deleting
+Projects, and writing any ``/status``, is for administrators and the controllers. A cluster-wide
+list or watch is narrowed to the projects the caller can read and reveals nothing about the others.
 
 The other cluster-scoped kinds (Offering, Node, Lease) describe the installation, not a tenant:
 every authenticated user may get, list and watch them, and only Nodus writes them. BootstrapTokens
@@ -186,10 +187,14 @@ class Authorizer:
             raise forbidden(principal, verb, info, None, "Name a project with -n <project>.")
         if verb not in READ_VERBS and not info.user_writable:
             raise _read_only(principal, verb, info, namespace)
-        needed = Role.VIEWER if verb in READ_VERBS else Role.EDITOR
+        needed = Role.VIEWER if verb in READ_VERBS else Role.OWNER if info.owners_write else Role.EDITOR
         role = role_in(await self._lookup(namespace, seen), principal)
         if role < needed:
             raise forbidden(principal, verb, info, namespace, _ask(namespace, principal, needed))
+
+    async def role(self, principal: Principal, project: str) -> Role:
+        """The caller's role in ``project`` (NONE when it does not exist): for endpoints with a rule of their own."""
+        return role_in(await self._project(project), principal)
 
     async def _lookup(self, name: str, seen: dict[str, dict[str, Any] | None] | None) -> dict[str, Any] | None:
         if seen is None:

@@ -40,6 +40,9 @@ RIGHTS: dict[str, dict[str, frozenset[str]]] = {
     "volumes": {"": READ},
     "connections": {"": READ},
     "budgets": {"": READ, "status": STATUS},
+    # The pools controller writes each Pool's status and lifts its nodus.dev/pool-hosts finalizer once the pool's
+    # Nodes are deleted (ADR 0047).
+    "pools": {"": READ | {"update", "patch"}, "status": STATUS},
     # One bootstrap token per simulated host (bound to its node name), deleted once the host is gone.
     "bootstraptokens": {"": READ | {"create", "delete"}},
     # The ledger door: holds and charges of attempts, budget and storage state.

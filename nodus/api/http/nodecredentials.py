@@ -14,6 +14,12 @@ with ``spec.provider: manual``; the credential names the Node's uid, so deleting
 Refusals (each a Status naming the fix): a token bound to another node name, a node that is Lost,
 Failed or being deleted, an offering other than the Node's or one that does not exist, a node
 credential asking for another node, and a server without ``--secret-key-file`` (503).
+
+A Pool's join token (``spec.pool``, ADR 0047) registers the host in that pool instead
+(``nodus.api.pools.PoolHosts.join``): no offering (the host reports its own shape; one in the request
+is refused), the Node created with ``spec.pool``, provider ``pool`` and the pool's labels; refused when
+the pool is gone, being deleted or full, or the name belongs to another Node. A pool's Node is never
+registered with a token that is not its pool's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from nodus.api.context import RequestContext
 from nodus.api.errors import APIError, bad_request, invalid, method_not_allowed
 from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id, respond
+from nodus.api.pools import PoolRef
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
 from nodus.apimachinery import fieldpath, units
@@ -69,7 +76,23 @@ async def create(request: Request) -> Response:
         )
     token = await _token(server, principal, name)
     ctx = RequestContext(principal=_SERVER, request_id=request_id(request), field_manager=FIELD_MANAGER)
-    node = await _node(server, name, offering, ctx)
+    pool = PoolRef.of(token)
+    if pool is not None:
+        if offering:
+            raise invalid(
+                KIND,
+                GROUP,
+                name,
+                [
+                    fieldpath.forbidden(
+                        Path("spec", "offering"),
+                        f"a host joining pool {pool} reports its own shape: start the agent without --offering",
+                    )
+                ],
+            )
+        node = await server.pools.join(pool, name, ctx)
+    else:
+        node = await _node(server, name, offering, ctx, joining=token is not None)
     ttl = timedelta(seconds=int(spec["expirationSeconds"])) if spec.get("expirationSeconds") else None
     issued = server.node_credentials.issue(node, ttl)
     server.node_credentials.forget(name)
@@ -132,7 +155,8 @@ async def _token(server: APIServer, principal: Principal, name: str) -> dict[str
     return token
 
 
-async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext) -> dict[str, Any]:
+async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext, *, joining: bool) -> dict[str, Any]:
+    """The Node of a host that is not joining a pool (``joining``: with a bootstrap token)."""
     nodes = server.stores["nodes"]
     node = await nodes.find(None, name)
     if node is None:
@@ -170,6 +194,16 @@ async def _node(server: APIServer, name: str, offering: Any, ctx: RequestContext
             f'node "{name}" is {"being deleted" if node["metadata"].get("deletionTimestamp") else phase}: '
             "it cannot get a credential",
             fix="Start the agent under a new node name.",
+            details={"name": name, "group": GROUP, "kind": "nodes"},
+        )
+    owner = PoolRef.of(node)
+    if joining and owner is not None:
+        # A pool's hosts join with that pool's tokens only: another token must not take over one of them.
+        raise APIError(
+            "Conflict",
+            f'node "{name}" is a host of pool {owner}: only a join token of that pool registers it',
+            fix=f"Start the agent under another --node-name, or with a join token of pool {owner} "
+            f"(nodus pools join-token {owner.name} --project {owner.project}).",
             details={"name": name, "group": GROUP, "kind": "nodes"},
         )
     have = (node.get("spec") or {}).get("offering")

@@ -20,6 +20,7 @@ from nodus.api.kinds.job import JOB, JobStrategy
 from nodus.api.kinds.lease import LEASE
 from nodus.api.kinds.node import NODE
 from nodus.api.kinds.offering import OFFERING
+from nodus.api.kinds.pool import POOL
 from nodus.api.kinds.project import PROJECT
 from nodus.api.kinds.secret import SECRET, SecretStrategy
 from nodus.api.kinds.volume import VOLUME
@@ -54,4 +55,5 @@ def registry(dependencies: Dependencies | None = None) -> Registry:
     kinds.register(dataclasses.replace(CONNECTION, strategy=ConnectionStrategy(deps.destinations)))
     kinds.register(BUDGET)
     kinds.register(BOOTSTRAP_TOKEN)
+    kinds.register(POOL)
     return kinds

@@ -10,8 +10,16 @@ from pydantic import Field
 from nodus.apis.v1.base import WireModel
 
 
+class BootstrapTokenPool(WireModel):
+    """BootstrapTokenPool names the Pool a join token adds hosts to."""
+
+    project: str = Field(min_length=1, description="Project is the pool's project.")
+    name: str = Field(min_length=1, description="Name is the pool's name.")
+
+
 class BootstrapTokenSpec(WireModel):
-    """BootstrapTokenSpec is a join token: when it ends, which node it may register, its secret's hash."""
+    """BootstrapTokenSpec is a join token: when it ends, which node it may register, its secret's hash, and
+    for a pool's join token the Pool its hosts join."""
 
     description: str | None = Field(None, max_length=256, description="Description says what the token is for.")
     expiration: str | None = Field(
@@ -22,6 +30,11 @@ class BootstrapTokenSpec(WireModel):
         min_length=1,
         max_length=253,
         description="NodeName binds the token to one node name; unset, the joining host names its node.",
+    )
+    pool: BootstrapTokenPool | None = Field(
+        None,
+        description="Pool makes it a pool's join token: the Node a host registers with it joins this Pool "
+        "(POST .../pools/NAME/jointokens creates one).",
     )
     secret: str | None = Field(
         None,

@@ -5,6 +5,8 @@ The wire models of the kind: what the API server validates and what clients read
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from nodus.apis.v1.base import WireModel
@@ -12,10 +14,24 @@ from nodus.apis.v1.jobstatus import Condition
 from nodus.apis.v1.phases import NodePhase
 
 
-class NodeSpec(WireModel):
-    """NodeSpec says which offering a host provides and whether new work may land on it."""
+class NodePool(WireModel):
+    """NodePool names the Pool a host joined."""
 
-    offering: str = Field(min_length=1, description="Offering is the offering id this host provides.")
+    project: str = Field(min_length=1, description="Project is the pool's project.")
+    name: str = Field(min_length=1, description="Name is the pool's name.")
+
+
+class NodeSpec(WireModel):
+    """NodeSpec says which offering a host provides, or which Pool it joined, and whether new work may land on it.
+
+    Exactly one of ``offering`` and ``pool`` is set (the Node strategy checks it)."""
+
+    offering: str | None = Field(
+        None, min_length=1, description="Offering is the offering id this host provides (absent on a pool host)."
+    )
+    pool: NodePool | None = Field(
+        None, description="Pool is the Pool the host joined with a join token (immutable); absent on offering hosts."
+    )
     provider: str | None = Field(None, description="Provider is the cloud provider that supplies the host.")
     unschedulable: bool | None = Field(None, description="Unschedulable keeps new attempts off the host.")
 
@@ -28,8 +44,17 @@ class NodeAddress(WireModel):
 
 
 class NodeCapacity(WireModel):
-    """NodeCapacity is what the host offers."""
+    """NodeCapacity is what the host offers: its offering's shape, or what a pool host's agent discovered."""
 
+    accelerator: str | None = Field(
+        None, description="Accelerator is the GPU variant id, such as h100-sxm-80g, when the model is in the catalog."
+    )
+    gpu_family: str | None = Field(None, description="GPUFamily is the GPUs' family, such as H100.")
+    gpu_model: str | None = Field(None, description="GPUModel is the GPU name the driver reports.")
+    gpu_memory: str | None = Field(None, description="GPUMemory is the memory of each GPU, such as 80Gi.")
+    interconnect: Literal["nvlink", "pcie"] | None = Field(
+        None, description="Interconnect joins the host's GPUs: nvlink or pcie; absent without GPUs."
+    )
     cpu: str | None = Field(None, description="CPU is the host's vCPU count.")
     disk: str | None = Field(None, description="Disk is the host's ephemeral disk.")
     gpus: int | None = Field(None, ge=0, description="GPUs is the number of accelerators.")

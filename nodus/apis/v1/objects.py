@@ -34,6 +34,7 @@ from nodus.apis.v1.jobstatus import JobStatus
 from nodus.apis.v1.lease import LeaseSpec
 from nodus.apis.v1.node import NodeSpec, NodeStatus
 from nodus.apis.v1.offering import OfferingSpec, OfferingStatus
+from nodus.apis.v1.pool import PoolSpec, PoolStatus
 from nodus.apis.v1.project import ProjectSpec, ProjectStatus
 from nodus.apis.v1.secret import SecretStatus
 from nodus.apis.v1.volume import VolumeSpec, VolumeStatus
@@ -102,6 +103,12 @@ class Offering(View):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: OfferingSpec
     status: OfferingStatus = Field(default_factory=OfferingStatus)
+
+
+class Pool(View):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PoolSpec = Field(default_factory=PoolSpec)
+    status: PoolStatus = Field(default_factory=PoolStatus)
 
 
 class Project(View):

@@ -80,7 +80,7 @@ class Hosts:
         phase = status.phase
         now = units.now()
         if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(obj):
-            offering = self._offerings.get(None, node.spec.offering)
+            offering = self._offerings.get(None, node.spec.offering or "")
             if offering is None:
                 await self._set_status(name, "Failed", "BootFailed", f"Offering {node.spec.offering} is gone.")
                 return None
@@ -175,7 +175,7 @@ class Hosts:
     def _preempted_message(self, node: objects.Node, at: datetime) -> str:
         """Says what was reclaimed as it was sold: interruptible capacity, or an on-demand host (which a real
         provider takes back only for maintenance; here, ``nodus sim preempt``)."""
-        offering = self._offerings.get(None, node.spec.offering)
+        offering = self._offerings.get(None, node.spec.offering or "")
         if offering is not None and objects.read(objects.Offering, offering).spec.interruptible:
             capacity = "interruptible capacity"
         else:

@@ -39,6 +39,10 @@ log = logging.getLogger("nodus.controllers.scheduler")
 
 
 class SchedulerLoop:
+    """The scheduler loop. ``fee`` is the price book's platform fee (what a pool attempt pays; None: the shipped
+    book's); ``cold_start`` the providers whose offerings may be cold-started: the active one's name, or empty
+    without a provider (None: any, for tests that run no provider)."""
+
     def __init__(
         self,
         client: Client,
@@ -48,6 +52,8 @@ class SchedulerLoop:
         *,
         concurrency: int = 8,
         tick: float = 5.0,
+        fee: snapshots.PlatformFee | None = None,
+        cold_start: frozenset[str] | None = None,
     ) -> None:
         self._client = client
         self._attempts = attempts
@@ -55,8 +61,12 @@ class SchedulerLoop:
         self._offerings = offerings
         self._writes = asyncio.Semaphore(concurrency)
         self._tick = tick
+        self._fee = fee if fee is not None else snapshots.PlatformFee()
+        self._cold_start = cold_start
         self._wake = asyncio.Event()
         self._assumed: dict[tuple[str, str], cycles.Binding] = {}  # attempt key -> its binding being written
+        # What each assumed binding holds of its host (a share of a pool or shareable host) until the informer shows it.
+        self._assumed_uses: dict[tuple[str, str], snapshots.Use] = {}
         self.cycle = 0
         for informer in (attempts, nodes, offerings):
             informer.add_handler(self._changed)
@@ -105,6 +115,7 @@ class SchedulerLoop:
             key = (meta.namespace or "", meta.name)
             if attempt.status.phase not in (None, "Pending"):
                 self._assumed.pop(key, None)
+                self._assumed_uses.pop(key, None)
                 continue
             if attempt.spec.stop is not None or meta.deletion_timestamp or key in self._assumed:
                 continue
@@ -120,10 +131,22 @@ class SchedulerLoop:
         if any(w.gang is not None for w in work):
             work = self._with_placed_siblings(work)
         offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
-        taken = {binding.node for binding in self._assumed.values() if binding.node}
+        taken: dict[str, list[snapshots.Use]] = {}
+        for key, binding in self._assumed.items():
+            if binding.node:
+                held = self._assumed_uses.get(key)
+                taken.setdefault(binding.node, []).extend([held] if held is not None else [])
         hosts = [self._host(node, taken) for node in self._nodes.items()]
         hosts += self._in_flight(now)
-        return snapshots.Snapshot(cycle=self.cycle, now=now, work=work, offerings=offerings, hosts=hosts)
+        return snapshots.Snapshot(
+            cycle=self.cycle,
+            now=now,
+            work=work,
+            offerings=offerings,
+            hosts=hosts,
+            fee=self._fee,
+            cold_start=self._cold_start,
+        )
 
     def _with_placed_siblings(self, work: list[snapshots.Work]) -> list[snapshots.Work]:
         """``work`` with ``gang_placed`` filled: the offerings of each gang epoch's placed, unfinished ranks."""
@@ -146,9 +169,12 @@ class SchedulerLoop:
             for w in work
         ]
 
-    def _host(self, node: Object, taken: set[str]) -> snapshots.Host:
+    def _host(self, node: Object, taken: dict[str, list[snapshots.Use]]) -> snapshots.Host:
+        """The Node as the cycle sees it: what the unfinished attempts on it (and those just bound there) hold."""
         name = node["metadata"]["name"]
-        host = snapshots.Host.from_object(node, busy=bool(self._attempts.by_index(NODE_INDEX, name)) or name in taken)
+        on_it = self._attempts.by_index(NODE_INDEX, name)
+        uses = [snapshots.Use.from_object(attempt) for attempt in on_it] + taken.get(name, [])
+        host = snapshots.Host.from_object(node, busy=bool(on_it) or name in taken, uses=uses)
         if host.phase == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
             return dataclasses.replace(host, unschedulable=True)  # about to be released (IdleHosts)
         if host.busy or host.warm_until is None:
@@ -186,6 +212,7 @@ class SchedulerLoop:
         status = {k: v for k, v in (attempt.get("status") or {}).items() if k not in ("reason", "message")}
         status.update(phase="Provisioning", placement=placement, scheduledTime=units.format_time(units.now()))
         self._assumed[key] = binding
+        self._assumed_uses[key] = snapshots.Use.from_object({**attempt, "status": status})
         try:
             async with self._writes:
                 await self._client.update("attempts", {**attempt, "status": status}, key[0], subresource="status")
@@ -193,6 +220,7 @@ class SchedulerLoop:
             # Cancelled too (leadership lost mid-write): an assumption left behind would hide the attempt from
             # every later cycle while it stays Pending.
             self._assumed.pop(key, None)
+            self._assumed_uses.pop(key, None)
             self._wake.set()
             raise
         return True

@@ -19,6 +19,7 @@ hosts Nodus knows (one NVSwitch domain per host, or PCIe only) any subset is as 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -96,6 +97,20 @@ class Room:
                 f"and the Work needs {_bytes(memory)}"
             )
         return None
+
+    def why_not_at(self, gpus: tuple[int, ...] | None, demand: Demand) -> str | None:
+        """Why ``demand`` cannot have exactly the ordinals ``gpus`` here now (None: the whole host), or None.
+
+        The provisioner's check that a placement it is about to assign still fits its host.
+        """
+        if gpus is None:
+            return f"is in use ({_count(self.attempts, 'attempt')})" if self.attempts else None
+        if demand.whole:
+            return self.why_not(demand)
+        taken = sorted(set(gpus) - set(self.free_gpus))
+        if taken and not (self.dedicated or self.whole):
+            return f"has GPU{'s' if len(taken) > 1 else ''} {','.join(str(i) for i in taken)} in use or absent"
+        return self.why_not(dataclasses.replace(demand, gpus=len(gpus)))
 
     def left_after(self, demand: Demand) -> int:
         """Free GPUs left once ``demand`` is taken: the best fit leaves the fewest."""

@@ -192,14 +192,22 @@ class AttemptSpec(WireModel):
 
 
 class AttemptPlacement(WireModel):
-    """AttemptPlacement is the scheduler's decision, with its explanation."""
+    """AttemptPlacement is the scheduler's decision, with its explanation: an offering (on a new or a warm host),
+    or a host of the Job's Pool (``pool`` and ``node``, provider ``pool``, no offering)."""
 
     cycle: int | None = Field(None, ge=0, description="Cycle is the scheduler cycle that decided.")
     explain: str | None = Field(None, description="Explain says why this offering and why the others were rejected.")
+    gpu_indexes: list[int] | None = Field(
+        None,
+        alias="gpuIndexes",
+        description="GPUIndexes are the GPU ordinals of the host given to this attempt when it shares the host; "
+        "absent: the whole host.",
+    )
     interruptible: bool | None = Field(None, description="Interruptible is true on reclaimable capacity.")
-    node: str | None = Field(None, description="Node is a warm host chosen for reuse, if any.")
-    offering: str | None = Field(None, description="Offering is the chosen offering id.")
-    provider: str | None = Field(None, description="Provider is the offering's provider.")
+    node: str | None = Field(None, description="Node is a warm host chosen for reuse, or the pool host, if any.")
+    offering: str | None = Field(None, description="Offering is the chosen offering id (absent on a pool host).")
+    pool: str | None = Field(None, description="Pool is the Pool of the Job's project whose host runs it.")
+    provider: str | None = Field(None, description="Provider is the offering's provider, or pool on a pool host.")
     region: str | None = Field(None, description="Region is the offering's provider region.")
     rate_usd_per_hour: str | None = Field(None, alias="rateUSDPerHour", description="RateUSDPerHour is the rate.")
     region_class: str | None = Field(None, description="RegionClass is the offering's region class.")

@@ -8,8 +8,17 @@ Attempt (``spec.node``, ``spec.offering`` and the ``nodus.dev/node`` label its a
 guarded by the resourceVersion read, so a stale view is refused and retried. A Node created for an
 Attempt whose assignment then fails is not lost: it is idle capacity and is reused or released.
 
+A placement on a pool host (``placement.pool``) always names its node, and the provisioner never
+creates a Node for it: it assigns the node while the placement still fits there (Ready, schedulable,
+its GPUs free and its cpu and memory within what is left), and otherwise gives the attempt up as
+``Lost`` (``CapacityBusy``, not charged) so that the Job places a new one. A placement that shares a
+host (``gpuIndexes``) is checked the same way on its warm host; hosts are shared, so "free" means
+"the attempt still fits" (ADR 0048). Without a provider (``--provider none``) nothing boots a new
+Node, so a warm host that is no longer free gives the attempt up the same way.
+
 Keyed by Node, it keeps idle hosts warm for the last Job's ``scaledownWindow`` (at least a short
-reuse grace, so the next index of the same Job lands on it) and then marks them ``Terminating``.
+reuse grace, so the next index of the same Job lands on it) and then marks them ``Terminating``;
+hosts started by hand and pool hosts are never released (their owners release them).
 """
 
 from __future__ import annotations
@@ -27,12 +36,16 @@ from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.manager import Result
+from nodus.scheduler import snapshot as snapshots
+from nodus.scheduler.rooms import Demand, Room
 
 Object = dict[str, Any]
 
 NODE_INDEX = "node"
 RAN_ON_INDEX = "ran-on"
 REUSE_GRACE = timedelta(seconds=10)
+#: Nodes of these providers are released by whoever brought them, never scaled down here.
+NEVER_RELEASED = frozenset({"manual", "pool"})
 
 
 def nodes_of(obj: Object) -> list[str]:
@@ -113,6 +126,41 @@ def node_for(offering: objects.Offering, provider: str, now: str, name: str | No
     }
 
 
+def unfit(
+    attempt_obj: Object, node_obj: Object | None, others: list[Object], offering_obj: Object | None
+) -> str | None:
+    """Why an attempt's placement no longer fits its host (a reason that reads after the host), or None. Pure.
+
+    ``others`` are the unfinished attempts assigned to the host (``spec.node``), ``offering_obj`` the host's
+    offering (None for a pool host). A placement with ``gpuIndexes`` shares its host: it fits while its GPUs
+    are free and its cpu and memory fit beside the others (a request left unset counts as its per-GPU share).
+    One without takes the whole host: nothing else may be there. A pool host must be Ready.
+    """
+    if node_obj is None:
+        return "is gone"
+    node = objects.read(objects.Node, node_obj)
+    phase = node.status.phase or "Booting"
+    if phase not in phases.NODE_USABLE or (node.spec.pool is not None and phase != "Ready"):
+        return f"is {phase}"
+    if node.spec.unschedulable:
+        return "is cordoned"
+    placement = objects.read(objects.Attempt, attempt_obj).status.placement
+    indexes = placement.gpu_indexes if placement is not None else None
+    if indexes is None and node.spec.pool is None:
+        return "is in use" if others else None
+    host = snapshots.Host.from_object(node_obj, busy=False, uses=[snapshots.Use.from_object(a) for a in others])
+    if host.shape is not None:
+        room = Room.of(host, host.shape.gpu_indexes, host.shape.vcpu, host.shape.memory)
+    elif offering_obj is not None:
+        offering = snapshots.Offering.from_object(offering_obj)
+        room = Room.of(host, tuple(range(offering.gpus)), offering.vcpu, offering.memory)
+    else:
+        return "is of an offering gone from the price book"
+    held = snapshots.Use.from_object(attempt_obj)
+    demand = Demand(len(held.gpus), held.cpu, held.memory, held.whole)
+    return room.why_not_at(None if indexes is None else tuple(indexes), demand)
+
+
 class AttemptProvisioner:
     """Assigns placed attempts to hosts; keyed by (project, attempt name)."""
 
@@ -135,7 +183,7 @@ class AttemptProvisioner:
             or spec.node
             or spec.stop is not None
             or placement is None
-            or not placement.offering
+            or not (placement.offering or (placement.pool and placement.node))
             # No capacity before its hold: the billing controller funds the attempt first (ADR 0017).
             or not _funded(attempt)
         ):
@@ -145,8 +193,14 @@ class AttemptProvisioner:
             # rank's hold brings every rank back (``enqueue_gang``).
             return None
         node_name = placement.node
-        if not node_name or not self._free(node_name, attempt):
-            offering = self._offerings.get(None, placement.offering)
+        unfit = self._unfit(node_name, obj) if node_name else "is not named"
+        if unfit is not None and (placement.pool or self._provider == "manual"):
+            # A pool host is never replaced by a new Node, and without a provider nothing would boot one.
+            where = f"pool {placement.pool} host {node_name}" if placement.pool else f"host {node_name}"
+            await self._give_up(obj, f"The {where} {unfit} since it was chosen; the Job places a new attempt.")
+            return None
+        if unfit is not None or not node_name:
+            offering = self._offerings.get(None, placement.offering or "")
             if offering is None:
                 raise RuntimeError(f"offering {placement.offering} is gone")
             node_name = await self._new_node(objects.read(objects.Offering, offering), attempt)
@@ -167,10 +221,37 @@ class AttemptProvisioner:
                 "resourceVersion": written["metadata"]["resourceVersion"],
                 "labels": {labels.NODE: node_name},
             },
-            "spec": {"node": node_name, "offering": placement.offering},
+            "spec": {"node": node_name, **({"offering": placement.offering} if placement.offering else {})},
         }
         await self._client.patch("attempts", key[1], patch, namespace)
         return None
+
+    async def _give_up(self, obj: Object, message: str) -> None:
+        """The attempt's host is no longer fit and no new one may be made: it ends ``Lost`` (``CapacityBusy``: not
+        charged, it never ran) and the Job controller places a replacement. Conditional on the attempt as read."""
+        status = {
+            **(obj.get("status") or {}),
+            "phase": "Lost",
+            "reason": "CapacityBusy",
+            "message": message,
+            "finishTime": units.format_time(units.now()),
+        }
+        with contextlib.suppress(errors.NotFound, errors.Conflict):
+            await self._client.update(
+                "attempts", {**obj, "status": status}, obj["metadata"]["namespace"], subresource="status"
+            )
+
+    def _unfit(self, node_name: str, obj: Object) -> str | None:
+        """Why the attempt's placement no longer fits ``node_name`` (see :func:`unfit`), from the informers."""
+        node = self._nodes.get(None, node_name)
+        uid = obj["metadata"].get("uid")
+        others = [
+            other
+            for other in self._attempts.by_index(NODE_INDEX, node_name)
+            if (other.get("spec") or {}).get("node") == node_name and other["metadata"].get("uid") != uid
+        ]
+        offering = (node.get("spec") or {}).get("offering") if node is not None else None
+        return unfit(obj, node, others, self._offerings.get(None, offering) if offering else None)
 
     async def _new_node(self, offering: objects.Offering, attempt: objects.Attempt) -> str:
         """A new host for ``attempt``, named after the attempt: a retry after a conflict (or a failover mid-way)
@@ -198,6 +279,7 @@ class AttemptProvisioner:
         return True
 
     def _free(self, node_name: str, attempt: objects.Attempt) -> bool:
+        """Whether the host created for ``attempt`` (found again after a retry) is free for it."""
         obj = self._nodes.get(None, node_name)
         if obj is None:
             return False
@@ -228,8 +310,8 @@ class IdleHosts:
             return None
         node = objects.read(objects.Node, obj)
         status = node.status
-        if node.spec.provider == "manual":
-            return None  # hosts started by hand are released by whoever started them
+        if node.spec.provider in NEVER_RELEASED or node.spec.pool is not None:
+            return None  # hosts started by hand and pool hosts are released by whoever brought them
         if self._attempts.by_index(NODE_INDEX, name):
             return None  # in use; its idle window is written afresh when it next goes idle
         if status.phase == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent import dialing, gpus, images, podengine, podnet
+from nodus.agent import dialing, gpus, images, podengine, podnet, spotnotice
 from nodus.agent.contract import HostFacts
 from nodus.agent.identity import NodeIdentity
 from nodus.agent.podman import PodmanRuntime
@@ -72,6 +72,8 @@ class AgentSettings:
     forbid_addresses: tuple[str, ...] = ()
     # Registries pulled from over plain HTTP or unverified TLS (HOST:PORT), as Docker's insecure-registries.
     insecure_registries: tuple[str, ...] = ()
+    # The instance metadata service (an EC2 host's http://169.254.169.254): polled for spot interruption notices.
+    metadata_url: str | None = None
 
 
 class Agent:
@@ -106,6 +108,9 @@ class Agent:
             watching = [tasks.create_task(self.attempts.run()), tasks.create_task(self.node.run())]
             if self.identity is not None:
                 watching.append(tasks.create_task(self.identity.rotate_forever(self.client, self._revoked)))
+            if self.settings.metadata_url:
+                notices = spotnotice.watch(self.settings.metadata_url, self._report_notice)
+                watching.append(tasks.create_task(notices))
             try:
                 await self.attempts.wait_synced()
                 await self.node.wait_synced()
@@ -225,6 +230,11 @@ class Agent:
                 self.leave("the Node was deleted", 0)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+
+    async def _report_notice(self, notice: dict[str, str]) -> None:
+        """The provider's notice that it takes this host back, on the Node for the controllers to act on."""
+        patch = {"status": {"preemptionNotice": notice}}
+        await self.client.patch("nodes", self.settings.node_name, patch, subresource="status")
 
     def _revoked(self, why: str) -> None:
         self.leave(why, 0)

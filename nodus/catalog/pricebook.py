@@ -43,6 +43,9 @@ API_VERSION = "nodus.dev/v1"
 KIND = "Offering"
 VERSION_LABEL = "nodus.dev/pricebook-version"
 SHIPPED = "the shipped price book (nodus/catalog/pricebook.yaml)"
+# Price books shipped with Nodus that --price-book names by a word: the simulated cloud's (the default) and AWS's.
+SHIPPED_BOOKS = {"sim": "pricebook.yaml", "aws": "pricebook-aws.yaml"}
+_INSTANCE_TYPE = r"^[a-z0-9][a-z0-9-]*\.[a-z0-9-]+$"
 
 _MICRO = Decimal("0.000001")
 _DECIMAL = re.compile(r"^\d+(\.\d{1,6})?$")
@@ -196,6 +199,8 @@ class GpuHost(_Host):
     interconnect: Literal["NVLink", "PCIe"]
     per_gpu: PerGpu
     sizes: dict[GpuCount, Rate] = Field(min_length=1)
+    # The provider's machine type per GPU count (aws: g5.4xlarge, ...); a provider that needs none omits it.
+    instance_types: dict[GpuCount, Annotated[str, Field(pattern=_INSTANCE_TYPE)]] | None = None
 
 
 class CpuHost(_Host):
@@ -203,6 +208,7 @@ class CpuHost(_Host):
     memory: Quantity
     disk: Quantity
     rate: Rate
+    instance_type: str | None = Field(None, pattern=_INSTANCE_TYPE)
 
     @property
     def shape(self) -> str:
@@ -251,6 +257,7 @@ class Offering:
     boot_p50: str
     boot_p90: str
     pricebook_version: str
+    instance_type: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """The Offering's ``spec`` as served (camelCase; absent fields omitted)."""
@@ -268,6 +275,7 @@ class Offering:
             disk=self.disk,
             provider=self.provider,
             region=self.region,
+            **({"instanceType": self.instance_type} if self.instance_type else {}),
             regionClass=self.region_class,
             interruptible=self.interruptible,
         )
@@ -331,9 +339,12 @@ def load(path: Path | None, accelerators: Iterable[Accelerator]) -> PriceBook:
 
     Raises :class:`PriceBookError` listing every problem.
     """
-    if path is None:
-        text = resources.files(__package__).joinpath("pricebook.yaml").read_text(encoding="utf-8")
-        return parse(text, SHIPPED, accelerators)
+    if path is None or (str(path) in SHIPPED_BOOKS and not path.exists()):
+        book = SHIPPED_BOOKS[str(path or "sim")]
+        text = resources.files(__package__).joinpath(book).read_text(encoding="utf-8")
+        return parse(
+            text, SHIPPED if path is None else f"the shipped price book {path} (nodus/catalog/{book})", accelerators
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -447,6 +458,7 @@ def _check(book: PriceBookFile, known: dict[str, Accelerator]) -> list[str]:
         if isinstance(host, GpuHost) and host.accelerator not in book.accelerators:
             hint = "unknown accelerator id" if host.accelerator not in known else "not listed under accelerators"
             problems.append(f"{where}.accelerator: {hint}; the book lists: {', '.join(sorted(book.accelerators))}")
+        problems += _instance_types(book.provider, where, host)
         for region_class in host.regions:
             if region_class not in book.region_classes:
                 problems.append(f"{where}.regions: region class {region_class} is not defined under regionClasses")
@@ -458,6 +470,21 @@ def _check(book: PriceBookFile, known: dict[str, Accelerator]) -> list[str]:
                         f"({', '.join(host.regions)})"
                     )
     return problems
+
+
+def _instance_types(provider: str, where: str, host: _Host) -> list[str]:
+    """A host entry names a machine type for each of its sizes, or none at all; an aws book's always do (they are
+    what its provider starts)."""
+    if isinstance(host, GpuHost):
+        if host.instance_types is None:
+            return [f"{where}.instanceTypes: required by provider aws (one per size)"] if provider == "aws" else []
+        sizes, named = set(host.sizes), set(host.instance_types)
+        if sizes != named:
+            wanted = ", ".join(str(n) for n in sorted(sizes))
+            return [f"{where}.instanceTypes: must name one instance type per size ({wanted}), not for {sorted(named)}"]
+    elif isinstance(host, CpuHost) and host.instance_type is None and provider == "aws":
+        return [f"{where}.instanceType: required by provider aws"]
+    return []
 
 
 def _expand(book: PriceBookFile) -> list[Offering]:
@@ -484,6 +511,7 @@ def _expand(book: PriceBookFile) -> list[Offering]:
                 boot_p50=gpu_host.boot.p50,
                 boot_p90=gpu_host.boot.p90,
                 pricebook_version=book.version,
+                instance_type=(gpu_host.instance_types or {}).get(gpus),
             )
             offerings += _placed(book, gpu_host, shape)
     for cpu_host in book.cpu_hosts:
@@ -506,6 +534,7 @@ def _expand(book: PriceBookFile) -> list[Offering]:
             boot_p50=cpu_host.boot.p50,
             boot_p90=cpu_host.boot.p90,
             pricebook_version=book.version,
+            instance_type=cpu_host.instance_type,
         )
         offerings += _placed(book, cpu_host, shape)
     return offerings

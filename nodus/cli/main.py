@@ -128,7 +128,8 @@ def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = Tru
         "--price-book",
         type=Path,
         metavar="FILE",
-        help="the price book the stored Offerings are made equal to at start (default: the one shipped with Nodus)",
+        help="the price book the stored Offerings are made equal to at start: a file, or sim or aws for the ones "
+        "shipped with Nodus (default: sim, the simulated cloud's)",
     )
     parser.add_argument(
         "--allow-loopback-endpoints",

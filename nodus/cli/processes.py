@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodus.apimachinery.units import parse_duration
+from nodus.cli import awsflags
 
 if TYPE_CHECKING:
     from nodus.client import ClientConfig
@@ -71,7 +72,14 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         "--renew-deadline", type=duration, default=timedelta(seconds=10), help="leader renewal deadline"
     )
     parser.add_argument("--retry-period", type=duration, default=timedelta(seconds=2), help="leader renewal period")
-    parser.add_argument("--provider", choices=("sim", "none"), default="sim", help="the cloud that supplies hosts")
+    parser.add_argument(
+        "--provider",
+        choices=("sim", "aws", "none"),
+        default="sim",
+        help="the cloud that supplies hosts: sim (agent processes on this machine), aws (EC2, the --aws-* flags), "
+        "none (only pool hosts and agents started by hand; no Node is ever created for an offering)",
+    )
+    awsflags.add_aws_flags(parser)
     parser.add_argument("--sim-work-dir", type=Path, help="where simulated hosts keep their files")
     parser.add_argument(
         "--sim-boot-time", type=duration, help="a fixed boot time for every simulated host (default: the offering's)"
@@ -181,6 +189,8 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         provider = functools.partial(SimulatedCloud, sim)
         # The Job controller keeps gang checkpoint intervals, scaled as the simulated agents scale theirs.
         scales = TimeScales(args.sim_assembly_time_scale, args.sim_checkpoint_time_scale)
+    elif args.provider == "aws":
+        provider = awsflags.aws_provider(args, kubeconfig)
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
     settings = ControllerSettings(
@@ -194,6 +204,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         funded_window=args.funded_window,
         storage_hour=args.storage_charge_interval,
         provider=provider,
+        sweep_interval=args.aws_sweep_interval,
         time_scales=scales,
     )
     if args.identity:
@@ -247,9 +258,19 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         type=duration,
         help="ask for node credentials this short-lived (at least 10s; the server caps it); renewed halfway",
     )
-    parser.add_argument("--node-name", required=True, help="the Node this agent registers and runs")
-    parser.add_argument("--offering", required=True, help="the offering id this host provides")
-    parser.add_argument("--gpus", type=int, help="GPUs visible to programs (default: the offering's count)")
+    parser.add_argument(
+        "--node-name",
+        default=socket.gethostname().lower(),
+        help="the Node this agent registers and runs (default: this host's name, in lower case)",
+    )
+    parser.add_argument(
+        "--offering",
+        help="the offering id this host provides; omit it on a Pool's host (a pool join token), which reports the "
+        "shape it discovers: vCPU, memory, disk, GPUs and their interconnect",
+    )
+    parser.add_argument(
+        "--gpus", type=int, help="GPUs visible to programs (default: the offering's count, or those a pool host finds)"
+    )
     parser.add_argument(
         "--runtime",
         choices=("auto", "podman", "bubblewrap", "unsandboxed"),
@@ -298,6 +319,11 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         "insecure-registries; every other registry is pulled over verified TLS",
     )
     parser.add_argument(
+        "--metadata-url",
+        help="the instance metadata service (an EC2 host's http://169.254.169.254), polled every 5s for a spot "
+        "interruption notice that the agent reports on its Node",
+    )
+    parser.add_argument(
         "--hide",
         action="append",
         default=[],
@@ -330,6 +356,7 @@ def agent(args: argparse.Namespace) -> None:
         allow_loopback_endpoints=args.allow_loopback_endpoints,
         forbid_addresses=tuple(args.forbid_address),
         insecure_registries=tuple(args.insecure_registry),
+        metadata_url=args.metadata_url,
     )
     check_endpoints("nodus agent: --forbid-address", settings.forbid_addresses)
     if not 0 < settings.checkpoint_time_scale <= 1000:

@@ -16,9 +16,22 @@ know providers only through these protocols; the concrete one is chosen where th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 Object = dict[str, Any]
+
+
+class BootRefused(Exception):
+    """The cloud refused to start a host, and asking again in the same way will not help: the hosts controller marks
+    the Node ``Failed`` with ``reason`` (``CapacityBusy``: the offering is out of capacity right now, so its attempt
+    is retried elsewhere; ``BootFailed``: a setting the operator must fix) and ``message``. Any other exception from
+    :meth:`Provider.boot` is transient (throttling, the network) and the boot is retried."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
 class Provider(Protocol):
@@ -49,9 +62,10 @@ class Provider(Protocol):
         the Node is Ready, whenever they differ from the Node's."""
 
     async def boot(self, node: Object, offering: Object, join_token: str) -> None:
-        """Start bringing up the host for ``node``; returns at once. Idempotent. ``join_token`` is a bootstrap
-        token bound to the node's name: the host's agent exchanges it for its own node credential (as a
-        cloud passes one in a VM's user data), so no host ever holds the controllers' credentials."""
+        """Start bringing up the host for ``node``; returns once the cloud has accepted the request (it does not wait
+        for the host to come up). Idempotent. Raises :class:`BootRefused` when the cloud refuses it for good.
+        ``join_token`` is a bootstrap token bound to the node's name: the host's agent exchanges it for its own node
+        credential (as a cloud passes one in a VM's user data), so no host ever holds the controllers' credentials."""
 
     def kill(self, node_name: str) -> bool:
         """The host stops at once, without notice or grace (a forced power-off): for a Node Lost or Failed,
@@ -80,3 +94,19 @@ class FaultInjection(Protocol):
 
     def fail_boot(self, node_name: str) -> bool:
         """Make a host that is still booting never come up; False if it is not booting (then nothing changes)."""
+
+
+@runtime_checkable
+class Sweeping(Protocol):
+    """An optional capability of a provider whose hosts it can list (a real cloud's, found by their tags).
+
+    The hosts controller calls :meth:`sweep` when it starts leading and then periodically, so that no host outlives
+    its Node: one whose Node was deleted while no controller led, or that a controller started and then died before
+    its Node recorded it. Hosts of known Nodes are adopted on the way.
+    """
+
+    async def sweep(self, known: Mapping[str, str]) -> list[str]:
+        """Check every host this provider runs for this cluster against ``known`` (node name -> Node uid: every Node of
+        this provider, in any phase): track (adopt) those of a known Node, terminate the others (those younger than a
+        short grace are spared: their Node may not have reached the caller's cache yet). Returns the node names whose
+        hosts it terminated."""

@@ -92,6 +92,8 @@ class ControllerSettings:
     # The cloud that supplies hosts, built once per assembled process (a provider holds the hosts it runs);
     # None: no provider, only hosts whose agents were started by hand (their Nodes' provider is "manual").
     provider: Callable[[], Provider] | None = None
+    # How often a provider that lists its hosts (a real cloud's) is swept for hosts no Node accounts for.
+    sweep_interval: timedelta = timedelta(minutes=1)
     # Gang assembly budgets and checkpoint intervals times these (tests shrink them; 1 in production).
     time_scales: TimeScales = field(default_factory=TimeScales)
 
@@ -217,7 +219,10 @@ class Controllers:
             host_queue: WorkQueue[Any] = WorkQueue()
             nodes.add_handler(enqueue_object(host_queue))
             attempts.add_handler(_enqueue_nodes_of_attempt(host_queue))
-            manager.add_controller("hosts", Hosts(client, self.cloud, nodes, offerings, attempts), host_queue, workers)
+            hosts = Hosts(client, self.cloud, nodes, offerings, attempts)
+            manager.add_controller("hosts", hosts, host_queue, workers)
+            interval = settings.sweep_interval.total_seconds()
+            manager.add_runnable("host-sweep", lambda: hosts.sweep_forever(interval))
 
         self.scheduler = SchedulerLoop(client, attempts, nodes, offerings)
         manager.add_runnable("scheduler", self.scheduler.run)

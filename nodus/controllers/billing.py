@@ -16,7 +16,7 @@ The rules, per attempt (one allocation of capacity):
   ``Teardown``: the rounding of the whole billed time up to the billing increment (60 s), charged
   once at the end. Each segment is charged ``rate x seconds / 3600`` rounded half-up to the
   micro-dollar (:func:`nodus.apimachinery.money.charge`, the ledger's own rule).
-* Time lost to a fault of Nodus (an attempt ``Lost`` with ``BootFailed`` or ``NodeLost``) is covered:
+* Time lost to a fault of Nodus (an attempt ``Lost`` with ``BootFailed``, ``CapacityBusy`` or ``NodeLost``) is covered:
   posted as ``Cover``, never taken from the project, listed in ``coveredByNodus``; a segment charged
   before the fault was known (a ``Boot`` closed at the start) is refunded. A preempted attempt is
   charged to its stop.
@@ -66,7 +66,7 @@ log = logging.getLogger("nodus.controllers.billing")
 FUNDED_WINDOW = timedelta(minutes=10)
 CAPTURE_INTERVAL = 30.0
 INCREMENT_SECONDS = 60
-COVERED_REASONS = frozenset({"BootFailed", "NodeLost"})
+COVERED_REASONS = frozenset({"BootFailed", "CapacityBusy", "NodeLost"})
 API = "/apis/nodus.dev/v1"
 
 

@@ -214,3 +214,11 @@ def test_a_replacement_avoids_the_offering_that_preempted_its_slot() -> None:
     ]
     lost["status"]["reason"] = "NodeLost"
     assert "avoidOfferings" not in planning.plan(make_job("Running"), [lost], NOW).create[0]["spec"]
+
+
+def test_a_replacement_avoids_the_offering_that_had_no_capacity() -> None:
+    placement = {"offering": "a10g-24g-x1-us-spot", "interruptible": True}
+    lost = make_attempt(0, 1, "Lost", reason="CapacityBusy", placement=placement, **ran(0))
+    assert planning.plan(make_job("Running"), [lost], NOW).create[0]["spec"]["avoidOfferings"] == [
+        "a10g-24g-x1-us-spot"
+    ]

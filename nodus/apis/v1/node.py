@@ -61,6 +61,15 @@ class NodeCapacity(WireModel):
     memory: str | None = Field(None, description="Memory is the host memory.")
 
 
+class PreemptionNotice(WireModel):
+    """PreemptionNotice is the provider's notice, as the host's agent read it, that the host is taken back."""
+
+    time: str = Field(min_length=1, description="Time is when the provider takes the host away (RFC 3339).")
+    action: str = Field(min_length=1, description="Action is what the provider then does: terminate, stop, ...")
+    source: str = Field(min_length=1, description="Source is where the agent read it, such as aws-spot.")
+    notice_time: str | None = Field(None, description="NoticeTime is when the agent read the notice.")
+
+
 class NodeStatus(WireModel):
     """NodeStatus is what Nodus observed about a host."""
 
@@ -74,6 +83,11 @@ class NodeStatus(WireModel):
     idle_since: str | None = Field(None, description="IdleSince is when the host's last attempt ended.")
     message: str | None = Field(None, description="Message explains the phase.")
     phase: NodePhase | None = Field(None, description="Phase is Booting, Ready, Lost, Failed or Terminating.")
+    preemption_notice: PreemptionNotice | None = Field(
+        None,
+        description="PreemptionNotice is the provider's notice that it takes the host back (an EC2 spot interruption); "
+        "the controllers turn it into phase Terminating with reason Preempted and its time as the deadline.",
+    )
     ready_time: str | None = Field(None, description="ReadyTime is when the agent registered.")
     reason: str | None = Field(None, description="Reason is a CamelCase code for the phase.")
     runtime: str | None = Field(None, description="Runtime is the agent's sandbox: bubblewrap or unsandboxed.")

@@ -53,6 +53,12 @@ class OfferingSpec(WireModel):
     disk: Quantity = Field(description="Disk is the host's ephemeral disk, such as 20Ti.")
     provider: str = Field(min_length=1, description="Provider is the provider that supplies the host, such as sim.")
     region: str = Field(min_length=1, description="Region is the provider region, such as us-east.")
+    instance_type: str | None = Field(
+        None,
+        min_length=1,
+        description="InstanceType is the provider's machine type for the host, such as p5.48xlarge on aws; absent "
+        "where the provider needs none (sim).",
+    )
     region_class: Literal["us", "eu", "asia"] = Field(description="RegionClass is us, eu or asia.")
     interruptible: bool = Field(
         description="Interruptible hosts (spot) cost less and may be taken back; Jobs resume from checkpoints."

@@ -143,6 +143,13 @@ _add(
     "A host that fails to boot is lost before the program starts.",
 )
 _add(
+    "CapacityBusy",
+    "The provider had no capacity of the chosen offering when the host was asked for.",
+    "Nothing: the attempt is placed again and prefers other offerings; widen spec.placement if it keeps waiting.",
+    "A real cloud may refuse a host (EC2 InsufficientInstanceCapacity, a spot price or count limit, a vCPU quota). "
+    "The Node fails with this reason, its attempt ends Lost at no charge, and the replacement avoids that offering.",
+)
+_add(
     "HeartbeatLapsed",
     "The node agent stopped sending heartbeats.",
     "Check the agent's host; a new host replaces it for new work.",

@@ -99,12 +99,13 @@ def carried(spec: JobSpec, slot: Slot) -> Object:
 
 
 def _avoid(slot: Slot) -> Object:
-    """Interruptible capacity being reclaimed tends to be reclaimed again: a replacement prefers elsewhere."""
+    """Interruptible capacity being reclaimed tends to be reclaimed again, and a provider out of capacity for an
+    offering stays so for a while: a replacement prefers elsewhere."""
     if not slot.attempts:
         return {}
     status = max(map(slot.view, slot.attempts), key=_number).status
     offering = status.placement.offering if status.placement is not None else None
-    if status.phase == "Lost" and status.reason == "Preempted" and offering:
+    if status.phase == "Lost" and status.reason in ("Preempted", "CapacityBusy") and offering:
         return {"avoidOfferings": [offering]}
     return {}
 

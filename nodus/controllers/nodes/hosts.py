@@ -17,6 +17,7 @@ The controller knows its provider only as a :class:`~nodus.cloud.provider.Provid
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from datetime import datetime, timedelta
@@ -26,7 +27,7 @@ from nodus.apimachinery import units
 from nodus.apis.v1 import labels, objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
-from nodus.cloud.provider import FaultInjection, Provider
+from nodus.cloud.provider import BootRefused, FaultInjection, Provider, Sweeping
 from nodus.controllers.manager import Result
 from nodus.controllers.nodes import jointokens
 from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
@@ -79,12 +80,24 @@ class Hosts:
         status = node.status
         phase = status.phase
         now = units.now()
+        notice = status.preemption_notice
+        if notice is not None and phase in ("Booting", "Ready"):
+            # The host's agent read the provider's notice (an EC2 spot interruption): the same path as a preemption.
+            at = units.time_or_none(notice.time) or now
+            message = f"The provider reclaims the host ({notice.source}: {notice.action} at {units.format_time(at)})."
+            await self._preempt(node, at, message)
+            return None
         if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(obj):
             offering = self._offerings.get(None, node.spec.offering or "")
             if offering is None:
                 await self._set_status(name, "Failed", "BootFailed", f"Offering {node.spec.offering} is gone.")
                 return None
-            await self._provider.boot(obj, offering, await jointokens.issue(self._client, obj))
+            try:
+                await self._provider.boot(obj, offering, await jointokens.issue(self._client, obj))
+            except BootRefused as refused:
+                # Out of capacity (CapacityBusy) or a setting to fix: the Node fails and its attempt is placed again.
+                log.warning("node %s did not boot: %s", name, refused.message)
+                await self._set_status(name, "Failed", refused.reason, refused.message)
             return None
         if phase == "Ready" and name not in self._registered:
             # The agent has its own credential now: its join token is of no more use to anyone.
@@ -165,12 +178,35 @@ class Hosts:
         notice = units.parse_duration(annotations.get("sim.nodus.dev/preempt-notice") or "30s")
         # A retry (the status write below lost to a heartbeat) keeps the deadline the first try announced.
         at = units.time_or_none(annotations.get(labels.TERMINATE_AT)) or units.now() + notice
+        return await self._preempt(node, at, self._preempted_message(node, at))
+
+    async def _preempt(self, node: objects.Node, at: datetime, message: str) -> Object:
+        """The provider takes the host back at ``at``: the Node is cordoned, carries the deadline and turns
+        ``Terminating`` (``Preempted``); its agent stops its attempts before the deadline and the host goes then."""
+        name = node.metadata.name
         patch = {
             "metadata": {"annotations": {labels.TERMINATE_AT: units.format_time(at)}},
             "spec": {"unschedulable": True},
         }
         await self._client.patch("nodes", name, patch)
-        return await self._set_status(name, "Terminating", "Preempted", self._preempted_message(node, at))
+        return await self._set_status(name, "Terminating", "Preempted", message)
+
+    async def sweep_forever(self, interval: float) -> None:
+        """While leading, with a provider that lists its hosts (:class:`~nodus.cloud.provider.Sweeping`): every
+        ``interval`` seconds, from the start, hosts of unknown Nodes are terminated and those of known ones adopted."""
+        if not isinstance(self._provider, Sweeping):
+            return
+        while True:
+            views = (objects.read(objects.Node, obj) for obj in self._nodes.items())
+            known = {v.metadata.name: v.metadata.uid for v in views if v.spec.provider == self._provider.name}
+            try:
+                swept = await self._provider.sweep(known)
+            except Exception:
+                log.exception("sweeping the provider's hosts failed; trying again in %.0fs", interval)
+            else:
+                if swept:
+                    log.warning("terminated hosts no Node accounts for: %s", ", ".join(swept))
+            await asyncio.sleep(interval)
 
     def _preempted_message(self, node: objects.Node, at: datetime) -> str:
         """Says what was reclaimed as it was sold: interruptible capacity, or an on-demand host (which a real

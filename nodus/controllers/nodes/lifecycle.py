@@ -23,7 +23,7 @@ from nodus.controllers.nodes.provisioning import RAN_ON_INDEX
 
 Object = dict[str, Any]
 
-_ATTEMPT_REASON = {"BootFailed": "BootFailed", "Preempted": "Preempted"}
+_ATTEMPT_REASON = {"BootFailed": "BootFailed", "Preempted": "Preempted", "CapacityBusy": "CapacityBusy"}
 
 
 class NodeLifecycle:

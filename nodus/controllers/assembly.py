@@ -224,7 +224,10 @@ class Controllers:
             interval = settings.sweep_interval.total_seconds()
             manager.add_runnable("host-sweep", lambda: hosts.sweep_forever(interval))
 
-        self.scheduler = SchedulerLoop(client, attempts, nodes, offerings)
+        # Only the active provider's offerings may be cold-started; without one (--provider none) none may: hosts
+        # come from Pools and agents started by hand, and no Node is created that nothing would boot.
+        cold_start = frozenset({self.cloud.name}) if self.cloud is not None else frozenset()
+        self.scheduler = SchedulerLoop(client, attempts, nodes, offerings, cold_start=cold_start)
         manager.add_runnable("scheduler", self.scheduler.run)
         manager.add_runnable("capacity", self._publish_capacity)
 

@@ -289,17 +289,17 @@ def test_every_status_reason_has_a_served_docs_page() -> None:
         assert reasons.reason(entry.code).fix == entry.fix
 
 
-@pytest.mark.parametrize(
-    ("spec", "named"),
-    [
-        pytest.param({"placement": {"pool": "mine", "queueTimeout": "24h"}}, "placement.pool", id="pool"),
-    ],
-)
-def test_what_is_not_run_yet_fails_at_admission(spec: dict[str, Any], named: str) -> None:
-    decided = planning.plan(make_job("Pending", **spec), [], NOW)
-    assert decided.status["reason"] == "NotYetSupported"
-    assert named in decided.status["message"]
-    assert decided.create == []
+def test_a_job_on_a_missing_pool_waits_naming_it_and_a_pool_admits_it() -> None:
+    job = make_job("Pending", placement={"pool": "mine", "queueTimeout": "24h"})
+    waiting = planning.plan(job, [], NOW)
+    assert waiting.status["phase"] == "Pending"
+    assert waiting.status["reason"] == "PoolNotFound"
+    assert "Pool mine (spec.placement.pool) does not exist in this project" in waiting.status["message"]
+    assert waiting.create == []
+    pools = {("pools", "mine"): {"metadata": {"name": "mine", "namespace": "p"}, "spec": {}}}
+    admitted = planning.plan(job, [], NOW, lambda plural, name: pools.get((plural, name)))
+    assert admitted.status.get("reason") != "PoolNotFound"
+    assert [a["spec"]["placement"]["pool"] for a in admitted.create] == ["mine"]
 
 
 def test_a_job_that_has_run_stays_running_between_indexes() -> None:

@@ -103,13 +103,6 @@ _add(
     "The Job reached status.succeeded == spec.completions.",
 )
 _add(
-    "NotYetSupported",
-    "The Job uses a field this Nodus release does not run yet.",
-    "Remove the fields named in the message, or wait for the release that runs them.",
-    "Bring-your-own-cloud pools are accepted by the API but not run yet, so a Job using one would run wrongly; "
-    "it fails at admission instead, before anything starts.",
-)
-_add(
     "Error",
     "The program exited with a non-zero status.",
     "Read the attempt's log lines in the message and its logs (nodus logs attempt/<name>).",
@@ -207,6 +200,14 @@ _add(
     "A Connection is of the wrong type for its use.",
     "Bucket inputs need an S3 Connection; output sinks a Postgres, Neon or Supabase one.",
     "The Job fails at admission rather than at the end of its run.",
+)
+_add(
+    "PoolNotFound",
+    "The Pool the Job places on does not exist in its project yet.",
+    "A project Owner creates the Pool named in the message and joins hosts to it (nodus pools join-token POOL), or "
+    "recreate the Job with another spec.placement.pool.",
+    "A Job with placement.pool runs only on the hosts of that Pool of its project; the Pool must exist to admit it. "
+    + _WAITS,
 )
 _add(
     "VolumeNotFound",

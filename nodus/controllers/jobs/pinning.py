@@ -22,7 +22,10 @@ included, sees the same data:
 URL and bucket inputs are verified by the agent at the end of the download; a declared ``sha256``
 is the pin, and without one the first attempt's digest becomes it (``status.inputs``).
 
-Missing objects (a Secret, a Volume, a Connection, a key) make the Job wait in ``Pending`` with a
+The Pool of ``placement.pool`` must exist in the Job's project (it is not pinned: its hosts come and
+go, and the scheduler places on those it has when an attempt is placed).
+
+Missing objects (a Secret, a Volume, a Connection, a key, the Pool) make the Job wait in ``Pending`` with a
 reason naming what is missing: creating it admits the Job. Contradictions that no new object can
 fix (a pinned version that does not exist, a Connection of the wrong type) fail the Job.
 """
@@ -108,6 +111,7 @@ def pin(spec: JobSpec | Object, lookup: Lookup, pinned: JobStatus | Object | Non
     job_spec = views.job_spec(spec)
     pins = Pins(pinned=views.job_status(pinned or {}))
     steps: list[Callable[[], Blocked | None]] = [
+        lambda: _find_pool(job_spec, lookup),
         lambda: _pin_connections(job_spec, lookup, pins),
         lambda: _pin_secrets(job_spec, lookup, pins),
         lambda: _pin_inputs(job_spec, lookup, pins),
@@ -118,6 +122,19 @@ def pin(spec: JobSpec | Object, lookup: Lookup, pinned: JobStatus | Object | Non
         if blocked is not None:
             return blocked
     return pins
+
+
+def _find_pool(spec: JobSpec, lookup: Lookup) -> Blocked | None:
+    """The Job waits until the Pool it names exists in its project (creating it admits the Job)."""
+    pool = spec.placement.pool
+    if pool is None or lookup("pools", pool) is not None:
+        return None
+    return Blocked(
+        "PoolNotFound",
+        f"Pool {pool} (spec.placement.pool) does not exist in this project: a project Owner creates it "
+        f"(kind: Pool, apiVersion: nodus.dev/v1, name {pool}) and joins hosts to it, or recreate the Job with "
+        "another spec.placement.pool.",
+    )
 
 
 def _secret_references(spec: JobSpec) -> list[tuple[str, int | None, str | None, str]]:

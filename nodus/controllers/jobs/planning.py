@@ -137,9 +137,6 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
         return result
 
     if (job.status.phase or "Pending") == "Pending":
-        unsupported = _not_yet_placed(spec)
-        if unsupported:
-            return _finish(result, raw, now, "Failed", "NotYetSupported", f"Not run yet: {', '.join(unsupported)}.")
         pinned = pinning.pin(spec, lookup)
         if isinstance(pinned, pinning.Blocked):
             return _blocked(result, raw, now, pinned, generation)
@@ -431,11 +428,6 @@ def _ttl(result: Plan, spec: JobSpec, completion_time: str | None, now: datetime
         result.delete_job = True
     else:
         result.wake_at(now, deadline)
-
-
-def _not_yet_placed(spec: JobSpec) -> list[str]:
-    """Bring-your-own-cloud pools are placed by a later release."""
-    return ["placement.pool"] if spec.placement.pool else []
 
 
 def _created(attempt: objects.Attempt) -> tuple[str, int]:

@@ -18,7 +18,11 @@ Accelerator ids are checked against the catalog the caller passes (the API serve
 cannot ask for; the book's family and memory per GPU must agree with that catalog.
 
 The book also prices storage (``storage``: USD per GiB-month above a free inclusion per Job), which the
-API server hands to the storage billing controller through the ledger door (ADR 0023).
+API server hands to the storage billing controller through the ledger door (ADR 0023), and the platform
+fee (``platformFee``: USD per GPU-hour, or per host-hour for an attempt that takes no GPU) that an
+attempt on a Pool host (the customer's own hardware) pays instead of an offering's rate (ADR 0048).
+A GPU host entry may say ``shareable: true``: attempts then share its hosts, each with its own GPUs,
+at the offering's rate for the GPUs it takes (default false: a host runs one attempt).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from pathlib import Path
@@ -201,6 +205,8 @@ class GpuHost(_Host):
     sizes: dict[GpuCount, Rate] = Field(min_length=1)
     # The provider's machine type per GPU count (aws: g5.4xlarge, ...); a provider that needs none omits it.
     instance_types: dict[GpuCount, Annotated[str, Field(pattern=_INSTANCE_TYPE)]] | None = None
+    # Attempts may share one host, each with its own GPUs, paying the rate for the GPUs they take (ADR 0048).
+    shareable: bool = False
 
 
 class CpuHost(_Host):
@@ -220,6 +226,11 @@ class StorageEntry(_Entry):
     free_per_job: Size
 
 
+class PlatformFeeEntry(_Entry):
+    per_gpu_hour: Rate = Field(alias="perGPUHour")
+    per_host_hour: Rate
+
+
 class PriceBookFile(_Entry):
     version: str = Field(pattern=_LABEL_VALUE)
     currency: Literal["USD"]
@@ -230,6 +241,9 @@ class PriceBookFile(_Entry):
     accelerators: dict[str, AcceleratorEntry] = Field(default_factory=dict)
     gpu_hosts: list[GpuHost] = Field(default_factory=list)
     cpu_hosts: list[CpuHost] = Field(default_factory=list)
+    platform_fee: PlatformFeeEntry = Field(
+        default_factory=lambda: PlatformFeeEntry.model_validate({"perGPUHour": "0.20", "perHostHour": "0.05"})
+    )
 
 
 # --- what a price book expands into ------------------------------------------------------------
@@ -258,6 +272,7 @@ class Offering:
     boot_p90: str
     pricebook_version: str
     instance_type: str | None = None
+    shareable: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The Offering's ``spec`` as served (camelCase; absent fields omitted)."""
@@ -284,6 +299,8 @@ class Offering:
         spec["rateUSDPerHour"] = format_rate(self.rate)
         spec["boot"] = {"p50": self.boot_p50, "p90": self.boot_p90}
         spec["pricebookVersion"] = self.pricebook_version
+        if self.shareable:
+            spec["shareable"] = True
         return spec
 
     def body(self) -> dict[str, Any]:
@@ -294,6 +311,19 @@ class Offering:
             "metadata": {"name": self.name, "labels": {VERSION_LABEL: self.pricebook_version}},
             "spec": self.spec(),
         }
+
+
+@dataclass(frozen=True)
+class PlatformFee:
+    """What an hour on a Pool host costs: ``per_gpu_hour`` for each GPU an attempt takes, or ``per_host_hour``
+    for one that takes none (USD)."""
+
+    per_gpu_hour: Decimal
+    per_host_hour: Decimal
+
+    def wire(self) -> dict[str, str]:
+        """As estimates and the docs show it: ``{"perGPUHour": "0.200000", "perHostHour": "0.050000"}``."""
+        return {"perGPUHour": format_rate(self.per_gpu_hour), "perHostHour": format_rate(self.per_host_hour)}
 
 
 @dataclass(frozen=True)
@@ -326,6 +356,7 @@ class PriceBook:
     source: str
     offerings: tuple[Offering, ...]
     storage: StoragePrice
+    platform_fee: PlatformFee = field(default_factory=lambda: PlatformFee(Decimal("0.20"), Decimal("0.05")))
 
     def by_name(self) -> dict[str, Offering]:
         return {offering.name: offering for offering in self.offerings}
@@ -375,7 +406,8 @@ def parse(text: str, source: str, accelerators: Iterable[Accelerator]) -> PriceB
     if duplicates:
         raise PriceBookError(source, [f"offering {name} is described more than once" for name in duplicates])
     storage = StoragePrice(book.storage.rate_usd_per_gib_month, _bytes(book.storage.free_per_job))
-    return PriceBook(book.version, book.currency, book.provider, source, tuple(offerings), storage)
+    fee = PlatformFee(book.platform_fee.per_gpu_hour, book.platform_fee.per_host_hour)
+    return PriceBook(book.version, book.currency, book.provider, source, tuple(offerings), storage, fee)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -512,6 +544,7 @@ def _expand(book: PriceBookFile) -> list[Offering]:
                 boot_p90=gpu_host.boot.p90,
                 pricebook_version=book.version,
                 instance_type=(gpu_host.instance_types or {}).get(gpus),
+                shareable=gpu_host.shareable,
             )
             offerings += _placed(book, gpu_host, shape)
     for cpu_host in book.cpu_hosts:

@@ -334,3 +334,32 @@ def test_a_bad_storage_price_is_refused(storage: str, message: str) -> None:
     with pytest.raises(PriceBookError) as caught:
         _parse(SHIPPED.replace(STORAGE, storage))
     assert message in str(caught.value)
+
+
+def test_the_shipped_book_has_the_platform_fee_the_scheduler_defaults_to(book: PriceBook) -> None:
+    from nodus.scheduler.snapshot import PlatformFee
+
+    assert book.platform_fee == pricebook.PlatformFee(Decimal("0.20"), Decimal("0.05"))
+    assert (book.platform_fee.per_gpu_hour, book.platform_fee.per_host_hour) == (
+        PlatformFee().per_gpu_hour,
+        PlatformFee().per_host_hour,
+    )
+    assert book.platform_fee.wire() == {"perGPUHour": "0.200000", "perHostHour": "0.050000"}
+
+
+def test_a_book_sets_its_platform_fee_and_refuses_a_float() -> None:
+    fee = _parse(SHIPPED.replace('perGPUHour: "0.20"', 'perGPUHour: "0.35"')).platform_fee
+    assert fee.per_gpu_hour == Decimal("0.35")
+    with pytest.raises(PriceBookError, match=r"platformFee.perGPUHour: must be a quoted decimal string"):
+        _parse(SHIPPED.replace('perGPUHour: "0.20"', "perGPUHour: 0.20"))
+
+
+def test_a_shareable_gpu_host_makes_shareable_offerings(book: PriceBook) -> None:
+    assert not any(offering.shareable for offering in book.offerings)  # the shipped book shares no host
+    anchor = "  - accelerator: h100-sxm-80g\n    interconnect: NVLink\n"
+    assert anchor in SHIPPED
+    shared = _parse(SHIPPED.replace(anchor, anchor + "    shareable: true\n"))
+    h100 = [o for o in shared.offerings if o.accelerator == "h100-sxm-80g"]
+    assert h100 and all(o.shareable and o.body()["spec"]["shareable"] is True for o in h100)
+    assert OFFERING.strategy.validate(h100[0].body()) == []
+    assert not any(o.shareable for o in shared.offerings if o.accelerator != "h100-sxm-80g")

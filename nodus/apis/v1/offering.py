@@ -71,6 +71,11 @@ class OfferingSpec(WireModel):
         description='RateUSDPerHour is the customer rate per host-hour, a decimal string such as "23.920000".',
     )
     boot: BootBand = Field(description="Boot is the cold boot-time band.")
+    shareable: bool | None = Field(
+        None,
+        description="Shareable hosts run several attempts at once, each with its own GPUs, at the rate for the GPUs "
+        "it takes; absent or false: a host runs one attempt.",
+    )
     pricebook_version: str = Field(
         min_length=1, description='PricebookVersion is the version of the price book it came from, such as "2026-11".'
     )

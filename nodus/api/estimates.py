@@ -35,7 +35,7 @@ from nodus.apimachinery.money import text
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.billing import budgets, estimating, ledger
 from nodus.scheduler.cycle import Binding
-from nodus.scheduler.snapshot import Host, Offering
+from nodus.scheduler.snapshot import Host, Offering, PlatformFee
 from nodus.storage import admission
 from nodus.storage.listing import ListQuery
 from nodus.storage.objects import Storage
@@ -54,10 +54,16 @@ class JobEstimates:
     """The estimate step of Job creation, for one API server."""
 
     def __init__(
-        self, storage: Storage, pricebook_version: str, funded_window: timedelta, keyring: Keyring | None
+        self,
+        storage: Storage,
+        pricebook_version: str,
+        funded_window: timedelta,
+        keyring: Keyring | None,
+        fee: PlatformFee | None = None,
     ) -> None:
         self._storage = storage
         self._pricebook_version = pricebook_version
+        self._fee = fee if fee is not None else PlatformFee()
         self._funded_window = funded_window
         # The ETags' own subkeys of the key file (ADR 0035): an ETag can never open as anything else.
         self._keyring = keyring.derive("estimate-etags") if keyring is not None else None
@@ -134,6 +140,7 @@ class JobEstimates:
             pricebook_version=self._pricebook_version,
             funded_window=self._funded_window,
             now=now,
+            fee=self._fee,
         )
 
     async def _capacity(self) -> tuple[list[Offering], list[Host]]:
@@ -155,8 +162,10 @@ class JobEstimates:
 
     async def _read_capacity(self) -> tuple[list[Offering], list[Host]]:
         offerings = [Offering.from_object(o) for o in await self._list(ListQuery(kind="Offering"))]
+        # A pool host is never released, so it never shows idleSince: it is taken to be free (the preview does not
+        # read what runs on it; the scheduler does).
         hosts = [
-            Host.from_object(node, busy=not (node.get("status") or {}).get("idleSince"))
+            Host.from_object(node, busy=not (node.get("status") or {}).get("idleSince") and not _pooled(node))
             for node in await self._list(ListQuery(kind="Node"))
         ]
         self._capacity_cache = (time.monotonic(), offerings, hosts)
@@ -196,6 +205,10 @@ class JobEstimates:
         if not isinstance(estimate, dict):
             raise _mismatch("If-Match is not the ETag of an estimate from this cluster")
         return estimate
+
+
+def _pooled(node: Object) -> bool:
+    return bool((node.get("spec") or {}).get("pool"))
 
 
 def _runs(attempts: list[Object]) -> list[estimating.Run]:

@@ -32,6 +32,7 @@ from nodus.api.store import GenericStore
 from nodus.apimachinery.sealing import Keyring
 from nodus.billing.storage import Price as StoragePrice
 from nodus.catalog.pricebook import HOURS_PER_MONTH
+from nodus.scheduler.snapshot import PlatformFee
 from nodus.storage import blobcollection
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage
@@ -61,7 +62,10 @@ class APIServer:
             retention=settings.watch_retention,
             compaction_interval=settings.compaction_interval,
         )
-        job_estimates = JobEstimates(self.storage, self.price_book.version, settings.funded_window, self.secret_keys)
+        fee = PlatformFee(self.price_book.platform_fee.per_gpu_hour, self.price_book.platform_fee.per_host_hour)
+        job_estimates = JobEstimates(
+            self.storage, self.price_book.version, settings.funded_window, self.secret_keys, fee
+        )
         self.registry = registry or catalog.registry(
             catalog.Dependencies(keyring=self.secret_keys, destinations=destinations, job_admission=job_estimates.admit)
         )

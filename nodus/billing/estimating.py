@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -46,7 +46,7 @@ from nodus.apimachinery import topology, units
 from nodus.apimachinery.money import INCREMENT_SECONDS, MICRO, charge, hold_for, text
 from nodus.scheduler import scoring
 from nodus.scheduler.cycle import Binding, Unschedulable, run_cycle
-from nodus.scheduler.snapshot import Host, Offering, Snapshot, Work
+from nodus.scheduler.snapshot import Host, Offering, PlatformFee, Snapshot, Work, format_usd
 
 DEFAULT_DURATION = timedelta(hours=1)
 # A timed-out assembly is still billed while its members stop: the controller notices, and each member has up
@@ -94,6 +94,8 @@ class Inputs:
     pricebook_version: str
     funded_window: timedelta
     now: datetime
+    # What an attempt on a Pool host pays (the price book's platformFee).
+    fee: PlatformFee = field(default_factory=PlatformFee)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,16 @@ def estimate(inputs: Inputs, place: Placer | None = None) -> dict[str, Any]:
         return result
     if full:
         warnings.append(_warning("CapacityBusy", full))
-    offering = next(o for o in inputs.offerings if o.id == binding.offering)
+    # A pool host is up already (no boot) and never interrupted: its time is the program's, at the platform fee.
+    offering = next((o for o in inputs.offerings if o.id == binding.offering), None) if binding.offering else None
     rate = binding.rate_usd_per_hour
-    startup_cold, startup_warm = _startup(offering, inputs.history)
+    if offering is None:
+        startup_cold, startup_warm = _Band(_Z, _Z), None
+        run = duration
+    else:
+        startup_cold, startup_warm = _startup(offering, inputs.history)
+        run = _Band(_rework(offering, duration.p50), _rework(offering, duration.p90))
     boot = _Band(_Z, _Z) if binding.warm_reuse else startup_cold
-    run = _Band(_rework(offering, duration.p50), _rework(offering, duration.p90))
     per_index = _Band(_cost(rate, boot.p50, run.p50), _cost(rate, boot.p90, run.p90))
     program = _Band(charge(rate, duration.p50), charge(rate, duration.p90))
     indexes = int(spec.get("completions") or 1)
@@ -150,20 +157,15 @@ def estimate(inputs: Inputs, place: Placer | None = None) -> dict[str, Any]:
         holdUSD=text(first_hold),
         concurrentHoldUSD=text(slot_hold * concurrent),
         minimumChargeUSD=text(charge(rate, Decimal(INCREMENT_SECONDS))),
-        placementPreview={
-            "offering": binding.offering,
-            "regionClass": binding.region_class,
-            "interruptible": binding.interruptible,
-            "warmReuse": binding.warm_reuse,
-            "explain": binding.explain,
-        },
+        placementPreview=_preview(binding, inputs.fee),
         startup={"cold": startup_cold.duration(), **({"warm": startup_warm.duration()} if startup_warm else {})},
     )
     if members > 1:
         result["gangHoldUSD"] = text(first_hold)
         result["assemblyBoundUSD"] = text(_assembly_bound(spec, rate, members))
-        gpus = offering.gpus
-        result["topology"] = f"{members}x{gpus}x{offering.family}" if gpus else f"{members}xCPU"
+        gpus = offering.gpus if offering is not None else 0
+        family = offering.family if offering is not None else None
+        result["topology"] = f"{members}x{gpus}x{family}" if gpus else f"{members}xCPU"
     blocking_reasons = blocking(inputs, first_hold)
     if blocking_reasons:
         result["blockingReasons"] = blocking_reasons
@@ -220,12 +222,35 @@ def _bound(ordered: Sequence[Decimal], percent: int) -> Decimal | None:
 def placement(inputs: Inputs, duration: Decimal) -> tuple[Binding | None, str]:
     """The scheduler's choice for the first slot now (a gang: for every member at once, placed all together or
     not at all); else, when only capacity is missing, its choice with capacity ignored. The text says what
-    kept it from placing now ("" when it placed). The binding returned is the first member's."""
+    kept it from placing now ("" when it placed). The binding returned is the first member's.
+
+    A Job on a Pool costs the platform fee whichever host takes it: when no host of the pool can take it now,
+    the binding is the pool's at the fee for the GPUs it asks for, and the text says why it waits."""
     works = [dataclasses.replace(w, expected_duration=timedelta(seconds=float(duration))) for w in _works(inputs.job)]
-    result = run_cycle(Snapshot(0, inputs.now, works, list(inputs.offerings), list(inputs.hosts)))
+    hosts = list(inputs.hosts)
+    result = run_cycle(Snapshot(0, inputs.now, works, list(inputs.offerings), hosts, fee=inputs.fee))
     if len(result.bindings) == len(works):
         return result.bindings[0], ""
     refused: Unschedulable = result.unschedulable[0]
+    pool = works[0].pool
+    if pool is not None:
+        gpus = works[0].gpu.count if works[0].gpu is not None else 0
+        waiting = Binding(
+            work=works[0].key,
+            offering="",
+            node=None,
+            rate_usd_per_hour=inputs.fee.rate(gpus),
+            region_class="",
+            interruptible=False,
+            warm_reuse=False,
+            expected_cost_usd=Decimal(0),
+            explain=refused.message,
+            cycle=0,
+            provider="pool",
+            pool=pool,
+        )
+        return waiting, f"no host of pool {pool} can run it now ({refused.message})"
+
     if not refused.waiting_for_capacity:
         return None, (
             f"no offering can run this Job now: {refused.message} A create is accepted; the Job waits up to "
@@ -235,6 +260,28 @@ def placement(inputs: Inputs, duration: Decimal) -> tuple[Binding | None, str]:
     again = run_cycle(Snapshot(0, inputs.now, works, unlimited, []))
     busy = f"every offering that fits is in use now ({refused.message}); the Job queues until capacity frees up."
     return (again.bindings[0] if again.bindings else None), busy
+
+
+def _preview(binding: Binding, fee: PlatformFee) -> dict[str, Any]:
+    """``placementPreview``: the offering (or the Pool, with its platform fee) and why."""
+    if binding.pool is not None:
+        preview: dict[str, Any] = {"pool": binding.pool}
+        if binding.node is not None:
+            preview["node"] = binding.node
+        per_gpu, per_host = format_usd(fee.per_gpu_hour), format_usd(fee.per_host_hour)
+        preview.update(
+            platformFee={"perGPUHour": per_gpu, "perHostHour": per_host},
+            warmReuse=binding.warm_reuse,
+            explain=binding.explain,
+        )
+        return preview
+    return {
+        "offering": binding.offering,
+        "regionClass": binding.region_class,
+        "interruptible": binding.interruptible,
+        "warmReuse": binding.warm_reuse,
+        "explain": binding.explain,
+    }
 
 
 def _works(job: Mapping[str, Any]) -> list[Work]:
@@ -372,7 +419,7 @@ def _notes(
     inputs: Inputs,
     spec: Mapping[str, Any],
     binding: Binding,
-    offering: Offering,
+    offering: Offering | None,
     cold: _Band,
     slot_hold: Decimal,
     concurrent: int,
@@ -380,7 +427,7 @@ def _notes(
     first_hold: Decimal,
 ) -> list[dict[str, str]]:
     notes: list[dict[str, str]] = []
-    if not binding.warm_reuse and cold.p50 > 0:
+    if offering is not None and not binding.warm_reuse and cold.p50 > 0:
         notes.append(
             _warning(
                 "ColdStart",
@@ -388,7 +435,7 @@ def _notes(
                 f"{_go(cold.p90)}), billed as Boot",
             )
         )
-    if binding.interruptible:
+    if offering is not None and binding.interruptible:
         notes.append(
             _warning(
                 "InterruptibleSelected",

@@ -190,3 +190,31 @@ def test_a_declared_duration_takes_the_measured_spread_of_earlier_runs() -> None
     estimate = estimating.estimate(inputs(job(expectedDuration="10m"), history=runs))
     # The runs' P90/P50 bound is 1000/600: the declared 600 s gets a P90 of 1000 s, not 750 s.
     assert Decimal(estimate["costUSD"]["p90"]) == per_allocation(Decimal("0.40"), 30, 1000)  # boots from history
+
+
+def _pool_host(name: str = "gpu-a") -> Host:
+    from tests.scheduler import make_pool_host
+
+    return make_pool_host(name, "lab", project="p")
+
+
+def test_a_pool_job_is_priced_at_the_platform_fee_with_no_boot() -> None:
+    spec = job(expectedDuration="10m", placement={"pool": "lab"}, resources={"gpu": {"type": ["H100"], "count": 2}})
+    estimate = estimating.estimate(inputs(spec, hosts=[_pool_host()]))
+    rate = Decimal("0.40")  # 2 GPUs x 0.20
+    assert Decimal(estimate["rateUSDPerHour"]) == rate
+    assert Decimal(estimate["costUSD"]["p50"]) == per_allocation(rate, 0, 600)
+    preview = estimate["placementPreview"]
+    assert (preview["pool"], preview["node"]) == ("lab", "gpu-a")
+    assert preview["platformFee"] == {"perGPUHour": "0.200000", "perHostHour": "0.050000"}
+    assert "offering" not in preview
+    assert "warnings" not in estimate  # no cold start, nothing interruptible
+
+
+def test_a_pool_job_with_no_free_host_still_shows_the_fee_and_why_it_waits() -> None:
+    spec = job(expectedDuration="10m", placement={"pool": "lab"}, resources={"gpu": {"type": ["H100"], "count": 1}})
+    estimate = estimating.estimate(inputs(spec))
+    assert Decimal(estimate["rateUSDPerHour"]) == Decimal("0.20")
+    [warning] = estimate["warnings"]
+    assert warning["code"] == "CapacityBusy"
+    assert "Pool lab has no hosts in project p" in warning["message"]

@@ -105,9 +105,21 @@ class PlacementPreview(WireModel):
         None, description="Explain is the scheduler’s explanation, the same shape as Attempt status.placement.explain."
     )
     interruptible: bool | None = Field(None, description="Interruptible reports whether the capacity can be reclaimed.")
+    node: str | None = Field(None, description="Node is the pool host that would run it, when one can now.")
     offering: str | None = Field(None, description="Offering is the offering id, for example h100-sxm-80g-x8-us.")
+    platform_fee: PlatformFeePreview | None = Field(
+        None, description="PlatformFee is what an hour on the pool costs (a Job with placement.pool)."
+    )
+    pool: str | None = Field(None, description="Pool is the Job's Pool, when it places on one (no offering then).")
     region_class: str | None = Field(None, description="RegionClass is the region class of the offering.")
     warm_reuse: bool | None = Field(None, description="WarmReuse reports whether warm capacity would be reused.")
+
+
+class PlatformFeePreview(WireModel):
+    """PlatformFeePreview is the price book's platform fee: what a Pool host's hour costs, in USD."""
+
+    per_gpu_hour: str = Field(alias="perGPUHour", description="PerGPUHour is charged for each GPU an attempt takes.")
+    per_host_hour: str = Field(description="PerHostHour is charged for an attempt that takes no GPU.")
 
 
 class DurationBand(WireModel):

@@ -105,7 +105,13 @@ def render(name: str, project: str, estimate: dict[str, Any], expected: str | No
         if "topology" in estimate:
             rows.append(("Topology", str(estimate["topology"])))
     preview = estimate.get("placementPreview") or {}
-    if preview:
+    if preview.get("pool"):
+        fee = preview.get("platformFee") or {}
+        host = f"host {preview['node']}" if preview.get("node") else "no host free now"
+        rows.append(("Placement", f"pool {preview['pool']} ({host})"))
+        per_gpu, per_host = fee.get("perGPUHour"), fee.get("perHostHour")
+        rows.append(("Platform fee", f"{per_gpu} USD per GPU-hour, {per_host} per host-hour"))
+    elif preview:
         kind = "interruptible" if preview.get("interruptible") else "on-demand"
         start = "warm (reuses an idle host)" if preview.get("warmReuse") else "cold"
         rows.append(("Placement", f"{preview.get('offering')} ({preview.get('regionClass')}, {kind}, {start})"))

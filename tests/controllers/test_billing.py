@@ -175,3 +175,25 @@ def test_the_funded_edge_moves_with_the_ledger_not_the_clock(
     """3.6 USD/h is 0.001 USD/s: 0.605 USD charged and held fund 605 s from the billing start."""
     view = objects.read(objects.Attempt, obj)
     assert billing.funded_until(view, Decimal("3.6"), Decimal(charged), Decimal(held), now) == expected
+
+
+def test_a_pool_attempt_bills_at_its_placement_rate_the_platform_fee() -> None:
+    """A pool placement has no offering: its charges are its placement's rate (2 GPUs x 0.20 USD) times seconds."""
+    obj = attempt(
+        "Succeeded",
+        scheduledTime="2026-11-29T11:00:00Z",
+        provisioningTime="2026-11-29T11:00:00Z",
+        startTime="2026-11-29T11:00:00Z",
+        finishTime="2026-11-29T11:30:00Z",
+    )
+    obj["status"]["placement"] = {
+        "pool": "lab",
+        "node": "gpu-a",
+        "provider": "pool",
+        "gpuIndexes": [0, 1],
+        "rateUSDPerHour": "0.400000",
+    }
+    bill = billing.bill(objects.read(objects.Attempt, obj), NOW, restore=False)
+    assert bill is not None
+    assert bill.rate == Decimal("0.4")
+    assert bill.amounts() == {"Boot": Decimal(0), "Running": Decimal("0.2"), "Teardown": Decimal(0)}

@@ -2,7 +2,8 @@
 
 The agent is an API client like any other. It watches the Attempts labelled with its node
 (``nodus.dev/node=<name>``) and its own Node, and converges: an attempt assigned here that has not
-ended gets a run (one at a time: hosts are dedicated); an attempt with ``spec.stop`` is stopped
+ended gets a run: several at once when each was placed on its own GPUs of a shared host, else one at a time
+(``nodus.agent.sharing``); an attempt with ``spec.stop`` is stopped
 (SIGTERM, then SIGKILL after its grace period). Its Node is its lifeline:
 
 * marked ``Lost`` (heartbeats lapsed, say after a network partition): its attempts have been
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import urllib.parse
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent import dialing, gpus, images, podengine, podnet, spotnotice
+from nodus.agent import dialing, gpus, images, podengine, podnet, sharing, spotnotice
 from nodus.agent.contract import HostFacts
 from nodus.agent.identity import NodeIdentity
 from nodus.agent.podman import PodmanRuntime
@@ -87,6 +89,8 @@ class Agent:
         self.runs: dict[str, AttemptRun] = {}
         self._kick = asyncio.Event()
         self._leaving: str | None = None
+        self._refused: set[str] = set()  # attempts refused (sharing.Refuse) whose Failed report is written
+        self._reports: set[asyncio.Task[Object]] = set()
         self.host: HostFacts | None = None
         self.attempts = Informer(client, "attempts", label_selector=f"nodus.dev/node={settings.node_name}")
         self.node = Informer(client, "nodes", field_selector=f"metadata.name={settings.node_name}")
@@ -270,10 +274,17 @@ class Agent:
                 finished = view.status.phase in phases.ATTEMPT_FINISHED
                 if finished or spec.node != self.settings.node_name or self._leaving:
                     continue
-                if any(r.task is not None and not r.task.done() for r in self.runs.values()):
-                    continue  # dedicated host: one attempt at a time; the next starts when this ends
                 assert self.host is not None
-                run = AttemptRun(attempt, self.client, self.runtime, self.host)
+                going = (_holding(r.view) for r in self.runs.values() if r.task is not None and not r.task.done())
+                decided = sharing.decide(_holding(view), self.host.gpu_indexes, going)
+                if isinstance(decided, sharing.Wait):
+                    continue  # a run it may not share the host with goes on; it starts when that one ends
+                if isinstance(decided, sharing.Refuse):
+                    self._refuse(attempt, decided.message)
+                    continue
+                # Each run sees only its own GPUs: CDI devices, NVIDIA_VISIBLE_DEVICES and NODUS env (ADR 0048).
+                host = dataclasses.replace(self.host, gpu_indexes=list(decided.gpus))
+                run = AttemptRun(attempt, self.client, self.runtime, host)
                 self.runs[uid] = run
                 if spec.stop:
                     _request_stop(run, spec.stop)
@@ -295,6 +306,31 @@ class Agent:
             else:
                 del self.runs[uid]
 
+    def _refuse(self, attempt: Object, message: str) -> None:
+        """End an attempt this host cannot run (``sharing.Refuse``) ``Failed``, once; written in the background."""
+        uid = attempt["metadata"]["uid"]
+        if uid in self._refused:
+            return
+        self._refused.add(uid)
+        log.warning("refusing attempt %s: %s", attempt["metadata"]["name"], message)
+        patch = {
+            "metadata": {"resourceVersion": attempt["metadata"].get("resourceVersion")},
+            "status": {
+                "phase": "Failed",
+                "reason": sharing.REASON,
+                "message": message,
+                "finishTime": units.format_time(units.now()),
+            },
+        }
+        task = asyncio.create_task(
+            self.client.patch(
+                "attempts", attempt["metadata"]["name"], patch, attempt["metadata"]["namespace"], subresource="status"
+            )
+        )
+        self._reports.add(task)  # kept until done: the loop holds only a weak reference to a task
+        task.add_done_callback(self._reports.discard)
+        task.add_done_callback(lambda done: self._refused.discard(uid) if done.exception() else None)
+
     def _watch_node(self, obj: Object) -> None:
         node = objects.read(objects.Node, obj)
         status = node.status
@@ -315,6 +351,14 @@ class Agent:
                 reason=reason,
                 expected=status.reason == "ScaledDown",
             )
+
+
+def _holding(attempt: objects.Attempt) -> sharing.Holding:
+    """What an attempt holds of this host: its placement's GPU ordinals (None: the whole host), dedicated or not."""
+    placement = attempt.status.placement
+    indexes = placement.gpu_indexes if placement is not None else None
+    dedicated = attempt.spec.placement is not None and attempt.spec.placement.dedicated is True
+    return sharing.Holding(tuple(indexes) if indexes is not None else None, dedicated)
 
 
 def _request_stop(run: AttemptRun, stop: StopRequest) -> None:

@@ -202,6 +202,14 @@ _add(
     "The Job fails at admission rather than at the end of its run.",
 )
 _add(
+    "GPUsNotOnHost",
+    "The attempt was placed on GPUs its host does not have.",
+    "Nothing to change in the Job: its next attempt is placed again. If it recurs, the host's Node reports GPUs "
+    "(status.gpuIndexes) its agent does not find; restart the agent on that host.",
+    "A shared host gives each attempt the GPU ordinals of its placement (status.placement.gpuIndexes); the agent "
+    "refuses ordinals the host lacks rather than run the program on devices it was not given.",
+)
+_add(
     "PoolNotFound",
     "The Pool the Job places on does not exist in its project yet.",
     "A project Owner creates the Pool named in the message and joins hosts to it (nodus pools join-token POOL), or "

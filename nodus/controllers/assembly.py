@@ -66,6 +66,7 @@ from nodus.controllers.nodes.provisioning import (
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
 from nodus.controllers.storagebilling import UNPAID_INDEX, StorageBilling, enqueue_unpaid, unpaid_in
+from nodus.scheduler.snapshot import PlatformFee
 
 log = logging.getLogger("nodus.controllers")
 
@@ -94,6 +95,8 @@ class ControllerSettings:
     provider: Callable[[], Provider] | None = None
     # How often a provider that lists its hosts (a real cloud's) is swept for hosts no Node accounts for.
     sweep_interval: timedelta = timedelta(minutes=1)
+    # What a pool attempt pays: the price book's platformFee (None: the shipped book's, ADR 0048).
+    platform_fee: PlatformFee | None = None
     # Gang assembly budgets and checkpoint intervals times these (tests shrink them; 1 in production).
     time_scales: TimeScales = field(default_factory=TimeScales)
 
@@ -143,7 +146,9 @@ class Controllers:
         nodes = manager.informer("nodes", resync=settings.resync)
         offerings = manager.informer("offerings")
         referenced = {
-            plural: manager.informer(plural, resync=settings.resync) for plural in ("secrets", "volumes", "connections")
+            plural: manager.informer(plural, resync=settings.resync)
+            # A Job's placement.pool must exist to admit it (the Pool is looked up, not pinned).
+            for plural in ("secrets", "volumes", "connections", "pools")
         }
         jobs.add_index(WAITING_INDEX, waiting_in)
         attempts.add_index(JOB_UID_INDEX, job_uid_of)
@@ -227,7 +232,9 @@ class Controllers:
         # Only the active provider's offerings may be cold-started; without one (--provider none) none may: hosts
         # come from Pools and agents started by hand, and no Node is created that nothing would boot.
         cold_start = frozenset({self.cloud.name}) if self.cloud is not None else frozenset()
-        self.scheduler = SchedulerLoop(client, attempts, nodes, offerings, cold_start=cold_start)
+        self.scheduler = SchedulerLoop(
+            client, attempts, nodes, offerings, cold_start=cold_start, fee=settings.platform_fee
+        )
         manager.add_runnable("scheduler", self.scheduler.run)
         manager.add_runnable("capacity", self._publish_capacity)
 

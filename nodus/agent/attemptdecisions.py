@@ -176,7 +176,7 @@ def checkpoint_plan(state: StopState, spec: Mapping[str, Any], *, checkpointed: 
 
 def notice_kind(state: StopState) -> str:
     """The checkpoint's kind (its record's trigger) for a host going away."""
-    return "Preemption" if state.lost_reason == "Preempted" else "HostGone"
+    return {"Preempted": "Preemption", "Drained": "Drain"}.get(state.lost_reason or "", "HostGone")
 
 
 def after_failed_checkpoint(state: StopState, failures: int, now: datetime) -> AfterFailure:
@@ -208,6 +208,9 @@ def terminal(state: StopState, end: Exit, interruptible: bool | None) -> Termina
         capacity = "interruptible capacity" if interruptible else "on-demand capacity"
         message = f"The provider reclaimed the host ({capacity}); the program was stopped before it went away."
         return Terminal("Lost", "Preempted", message)
+    if state.lost_reason == "Drained":
+        message = "The host is being drained; the program was stopped to run elsewhere from its checkpoint."
+        return Terminal("Lost", "Drained", message)
     if state.lost_reason is not None:
         return Terminal("Lost", state.lost_reason, "The host went away; the program was stopped before it did.")
     if end.stopped and state.stop_reason is not None:

@@ -22,6 +22,7 @@ from nodus.api.http import (
     blobs,
     credits,
     discovery,
+    drain,
     jointokens,
     logs,
     nodecredentials,
@@ -141,6 +142,7 @@ def create_app(server: APIServer) -> FastAPI:
     pool = "/apis/nodus.dev/v1/namespaces/{namespace}/pools/{name}"
     router.add_route(f"{pool}/jointokens", jointokens.join_tokens, every_method)
     router.add_route(f"{pool}/jointokens/{{id}}", jointokens.join_token, every_method)
+    router.add_route("/apis/nodus.dev/v1/nodes/{name}/drain", drain.drain, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/holds/{hold}", billing.hold_state, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/postings", billing.postings, every_method)
     router.add_route(

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import nodus
-from nodus.agent import dialing, gpus, images, podengine, podnet, sharing, spotnotice
+from nodus.agent import dialing, gpus, hostshape, images, podengine, podnet, sharing, spotnotice
 from nodus.agent.contract import HostFacts
 from nodus.agent.identity import NodeIdentity
 from nodus.agent.podman import PodmanRuntime
@@ -55,7 +55,8 @@ log = logging.getLogger("nodus.agent")
 @dataclass
 class AgentSettings:
     node_name: str
-    offering: str
+    # None on a Pool's host, which reports the shape it discovers instead (ADR 0047).
+    offering: str | None
     work_dir: Path
     gpus: int | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
@@ -101,7 +102,8 @@ class Agent:
         self._kick.set()
 
     async def run(self) -> None:
-        offering = await self.client.get("offerings", self.settings.offering)
+        # A pool host has no offering: it reports the shape it finds (register).
+        offering = await self.client.get("offerings", self.settings.offering) if self.settings.offering else None
         await self.register(offering)
         async with asyncio.TaskGroup() as tasks:
             # Heartbeats start at once: a restarted agent must beat its Node's grace, and preparing the
@@ -149,10 +151,38 @@ class Agent:
         if left:
             log.info("removed %d pods an earlier run of this agent left", left)
 
-    async def register(self, offering: Object) -> None:
-        """Report the Node Ready (it exists: the provisioner or the credential exchange created it)."""
-        name, spec = self.settings.node_name, offering.get("spec") or {}
-        gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
+    async def register(self, offering: Object | None) -> None:
+        """Report the Node Ready (it exists: the provisioner or the credential exchange created it). A Pool's host
+        (``spec.pool``) reports the shape it discovers (``nodus.agent.hostshape``); others their ``offering``'s."""
+        name = self.settings.node_name
+        try:
+            node = await self.client.get("nodes", name)
+        except errors.NotFound:
+            await self._remove_leftover_pods()
+            raise SystemExit(f"node {name} does not exist (deleted?); start the agent under a new node name") from None
+        view = objects.read(objects.Node, node)
+        if view.spec.pool is not None:
+            if self.settings.offering:
+                raise SystemExit(
+                    f"node {name} is a host of pool {view.spec.pool.project}/{view.spec.pool.name}: it reports its own "
+                    "shape; start the agent without --offering"
+                )
+            capacity, gpu_indexes = await self._discovered_shape()
+            spec: Object = {}
+        else:
+            if offering is None or view.spec.offering != self.settings.offering:
+                raise SystemExit(
+                    f"node {name} provides offering {view.spec.offering}, not {self.settings.offering}: start the "
+                    f"agent with --offering {view.spec.offering}"
+                )
+            spec = offering.get("spec") or {}
+            gpus = self.settings.gpus if self.settings.gpus is not None else int(spec.get("gpus") or 0)
+            capacity = {
+                "gpus": gpus,
+                "cpu": str(spec.get("vcpu", "")),
+                **{k: spec[k] for k in ("memory", "disk") if spec.get(k)},
+            }
+            gpu_indexes = list(range(gpus))
         policy = await asyncio.to_thread(  # resolves the forbidden names: blocking
             dialing.host_policy,
             self.settings.allow_loopback_endpoints,
@@ -161,8 +191,8 @@ class Agent:
         )
         self.host = HostFacts(
             name,
-            self.settings.offering,
-            list(range(gpus)),
+            self.settings.offering or "",
+            gpu_indexes,
             self.settings.work_dir,
             self.settings.hidden,
             trust_ca=self.settings.trust_ca,
@@ -171,16 +201,7 @@ class Agent:
             mesh_host=self.settings.advertise_address,
             destinations=policy,
         )
-        try:
-            node = await self.client.get("nodes", name)
-        except errors.NotFound:
-            await self._remove_leftover_pods()
-            raise SystemExit(f"node {name} does not exist (deleted?); start the agent under a new node name") from None
-        if (node.get("spec") or {}).get("offering") != self.settings.offering:
-            raise SystemExit(
-                f"node {name} provides offering {node['spec'].get('offering')}, not {self.settings.offering}"
-            )
-        phase = (node.get("status") or {}).get("phase")
+        phase = view.status.phase
         if phase in ("Lost", "Failed", "Terminating"):
             await self._remove_leftover_pods()
             raise SystemExit(f"node {name} is {phase}; start the agent under a new node name")
@@ -190,12 +211,8 @@ class Agent:
             "phase": "Ready",
             "readyTime": units.format_time(now),
             "heartbeatTime": units.format_micro_time(now),
-            "capacity": {
-                "gpus": gpus,
-                "cpu": str(spec.get("vcpu", "")),
-                **{k: spec[k] for k in ("memory", "disk") if spec.get(k)},
-            },
-            "gpuIndexes": list(range(gpus)),
+            "capacity": capacity,
+            "gpuIndexes": gpu_indexes,
             "addresses": [
                 {"type": "Hostname", "address": socket.gethostname()},
                 {"type": "InternalIP", "address": "127.0.0.1"},
@@ -216,12 +233,22 @@ class Agent:
         status.pop("message", None)
         await self.client.update("nodes", {**node, "status": status}, subresource="status")
         log.info(
-            "node %s registered (offering %s, %d GPUs, runtime %s)",
+            "node %s registered (%s, %d GPUs, runtime %s)",
             name,
-            self.settings.offering,
-            gpus,
+            f"offering {self.settings.offering}" if self.settings.offering else "pool host",
+            len(gpu_indexes),
             self.runtime.name,
         )
+
+    async def _discovered_shape(self) -> tuple[Object, list[int]]:
+        """A pool host's capacity and GPU ordinals as it finds them; ``--gpus`` overrides the count (more than
+        were found: ordinals from 0, as on a host whose GPUs the agent is told of)."""
+        shape = await asyncio.to_thread(hostshape.discover, self.settings.work_dir)
+        capacity = shape.capacity(self.settings.gpus)
+        found = [gpu.index for gpu in shape.gpus]
+        count = int(capacity["gpus"])
+        indexes = found[:count] if count <= len(found) else list(range(count))
+        return capacity, indexes
 
     async def _heartbeat(self) -> None:
         interval = self.settings.heartbeat_interval.total_seconds()

@@ -60,13 +60,14 @@ class Credential:
 
 
 class NodeIdentity:
-    """Obtains, keeps and rotates the credential of node ``node_name`` that provides ``offering``."""
+    """Obtains, keeps and rotates the credential of node ``node_name`` that provides ``offering`` (None: a
+    Pool's host, which names no offering: its join token says which pool it joins)."""
 
     def __init__(
         self,
         server: ClientConfig,
         node_name: str,
-        offering: str,
+        offering: str | None,
         work_dir: Path,
         join_token: str | None,
         lifetime: timedelta | None = None,
@@ -127,7 +128,7 @@ class NodeIdentity:
         spec: dict[str, Any] = {"nodeName": self.node_name}
         if self._lifetime is not None:
             spec["expirationSeconds"] = int(self._lifetime.total_seconds())
-        if with_offering:
+        if with_offering and self.offering:
             spec["offering"] = self.offering
         body = {"apiVersion": "nodus.dev/v1", "kind": "NodeCredentialRequest", "spec": spec}
         response = await client.request("POST", PATH, json=body)

@@ -3,9 +3,10 @@
 What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the Secret
 pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each attempt),
 storage billing (each Job's stored bytes, by the hour), the status copies of Budgets and of Projects'
-credits, the scheduler loop, the provisioner (attempts to hosts, idle hosts released), node lifecycle
-(heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the simulated
-cloud's are agent processes). Standbys keep their informers synced so a takeover starts warm. Garbage
+credits, the Pools (their status, and their hosts revoked when they go), the scheduler loop, the
+provisioner (attempts to hosts, idle hosts released), node lifecycle (heartbeats), and, with a
+provider, the hosts controller that boots and kills its hosts (the simulated cloud's are agent
+processes). Standbys keep their informers synced so a takeover starts warm. Garbage
 collection of owned objects runs in the API server (ADR 0005); TTL after finish is the Job
 controller's.
 
@@ -62,6 +63,15 @@ from nodus.controllers.nodes.provisioning import (
     enqueue_gang,
     nodes_of,
     ran_on,
+)
+from nodus.controllers.pools import (
+    ATTEMPT_HOST_INDEX,
+    POOL_INDEX,
+    PoolStatus,
+    enqueue_pool_of_attempt,
+    enqueue_pool_of_node,
+    host_of,
+    pool_of,
 )
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
@@ -199,6 +209,16 @@ class Controllers:
         attempts.add_handler(enqueue_on_cost(credits_queue, objects.Attempt))
         jobs.add_handler(enqueue_on_cost(credits_queue, objects.Job))
         manager.add_controller("project-credits", ProjectCredits(client, projects), credits_queue, workers)
+
+        # Each Pool's status from its hosts and what runs on them; a deleted Pool's hosts revoked (ADR 0047).
+        pools = manager.informer("pools", resync=settings.resync)
+        nodes.add_index(POOL_INDEX, pool_of)
+        attempts.add_index(ATTEMPT_HOST_INDEX, host_of)
+        pool_queue: WorkQueue[Any] = WorkQueue()
+        pools.add_handler(enqueue_object(pool_queue))
+        nodes.add_handler(enqueue_pool_of_node(pool_queue))
+        attempts.add_handler(enqueue_pool_of_attempt(pool_queue, nodes))
+        manager.add_controller("pools", PoolStatus(client, pools, nodes, attempts), pool_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

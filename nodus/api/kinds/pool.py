@@ -111,7 +111,13 @@ POOL = KindInfo(
     printer_columns=(
         PrinterColumn("Hosts", "string", ".status.readyHosts", "Ready hosts / all hosts of the pool.", value=_hosts),
         PrinterColumn("GPUs", "string", ".status.freeGPUs", "Free GPUs / GPUs of the pool's Ready hosts.", value=_gpus),
-        PrinterColumn("Busy", "integer", ".status.busyHosts", "BusyHosts is the Ready hosts running an attempt."),
+        PrinterColumn(
+            "Busy",
+            "integer",
+            ".status.busyHosts",
+            "BusyHosts is the Ready hosts running an attempt.",
+            value=lambda obj: _status(obj).get("busyHosts") or 0,
+        ),
         PrinterColumn("Max", "string", ".spec.maxHosts", "MaxHosts is the most hosts that may join.", value=_max),
         PrinterColumn("Last-Join", "date", ".status.lastJoinTime", "LastJoinTime is when a host last joined."),
         PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the pool was created."),

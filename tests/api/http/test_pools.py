@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from nodus.apimachinery.sealing import Keyring
 from tests.conftest import make_project
 from tests.support import cluster as clusters
+from tests.support import kubectl
 from tests.support.cluster import Cluster
 from tests.support.objects import API
 
@@ -141,6 +143,19 @@ def test_pools_are_served_with_a_short_name(keyed: Cluster) -> None:
     [pool] = [r for r in resources if r["name"] == "pools"]
     assert pool["namespaced"] and pool["kind"] == "Pool" and "pl" in pool["shortNames"]
     assert any(r["name"] == "pools/status" for r in resources)
+
+
+def test_kubectl_applies_and_lists_pools(keyed: Cluster, owned: str, kubectl_binary: Path) -> None:
+    config = keyed.kubeconfig("alice", namespace=owned)
+    manifest = "apiVersion: nodus.dev/v1\nkind: Pool\nmetadata: {name: racks}\nspec: {maxHosts: 8}\n"
+    assert (
+        "pool.nodus.dev/racks created" in kubectl.run(kubectl_binary, config, "apply", "-f", "-", stdin=manifest).stdout
+    )
+    table = kubectl.run(kubectl_binary, config, "get", "pl").stdout.splitlines()
+    assert table[0].split() == ["NAME", "HOSTS", "GPUS", "BUSY", "MAX", "LAST-JOIN", "AGE"]
+    assert table[1].split()[:6] == ["racks", "0/0", "0/0", "0", "8", "<unknown>"]
+    explained = kubectl.run(kubectl_binary, config, "explain", "pools.spec.maxHosts").stdout
+    assert "most hosts" in explained
 
 
 # --- join tokens ---------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ class AwsProvider:
         self.config = config
         self._hosts: dict[str, _Instance] = {}
         self._clients: dict[str, Any] = {}
+        self._kills: set[asyncio.Task[None]] = set()
 
     def _ec2(self, region: str) -> Any:
         """The EC2 client of ``region`` (thread-safe; made once: making one takes tens of milliseconds)."""
@@ -205,7 +206,9 @@ class AwsProvider:
         if host is None:
             return False
         with contextlib.suppress(RuntimeError):  # no running loop: the caller's terminate does it
-            asyncio.get_running_loop().create_task(self.terminate(node_name, 0), name=f"kill {node_name}")
+            task = asyncio.get_running_loop().create_task(self.terminate(node_name, 0), name=f"kill {node_name}")
+            self._kills.add(task)  # held until done: the loop keeps only weak references to tasks
+            task.add_done_callback(self._kills.discard)
         return True
 
     async def terminate(self, node_name: str, grace_seconds: float) -> None:

@@ -9,6 +9,7 @@ provider's real client with botocore's Stubber: that stands in for AWS's reply, 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import uuid
@@ -158,6 +159,17 @@ async def test_terminate_ends_the_instance_tracked_or_found_by_its_tags(
     await AwsProvider(provider.config).terminate("n2", 0)
     assert alive(ec2, cluster) == []
     await provider.terminate("n1", 0)  # idempotent
+
+
+async def test_kill_terminates_at_once_in_the_background(provider: AwsProvider, ec2: Any, cluster: str) -> None:
+    await provider.boot(node("doomed"), BOOK["cpu-8c-us"].body(), "abc123.secretsecretsecre")
+    assert provider.kill("doomed")
+    assert not provider.kill("never-booted")
+    for _ in range(100):
+        if not alive(ec2, cluster):
+            break
+        await asyncio.sleep(0.05)
+    assert alive(ec2, cluster) == []
 
 
 async def test_a_new_controller_adopts_from_the_nodes_record_or_from_the_tags(

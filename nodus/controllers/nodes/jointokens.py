@@ -54,7 +54,7 @@ async def issue(client: Client, node: Object) -> str:
             "nodeName": name,
             "secret": secret,
             "expiration": units.format_time(units.now() + TTL),
-            "description": f"joins simulated host {name}",
+            "description": f"joins host {name} ({objects.read(objects.Node, node).spec.provider or 'manual'})",
         },
     }
     await revoke(client, node)

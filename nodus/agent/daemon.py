@@ -50,6 +50,7 @@ from nodus.client.informers import Informer
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.agent")
+DRAINED = "Drained"  # the stop reason of a drain (nodus.controllers.nodes.draining)
 
 
 @dataclass
@@ -389,11 +390,20 @@ def _holding(attempt: objects.Attempt) -> sharing.Holding:
 
 
 def _request_stop(run: AttemptRun, stop: StopRequest) -> None:
+    deadline = units.time_or_none(stop.deadline)
+    if stop.reason == DRAINED:
+        # A drain takes the host away from this attempt only: it ends Lost (replaced elsewhere, restoring the
+        # checkpoint it takes now) while the host stays up, cordoned.
+        grace = float(stop.grace_period_seconds)
+        if deadline is not None:
+            grace = max(min(grace, (deadline - units.now()).total_seconds() - 1.0), 0.0)
+        run.request_stop(DRAINED, grace, lost_reason=DRAINED)
+        return
     run.request_stop(
         stop.reason,
         float(stop.grace_period_seconds),
         checkpoint=bool(stop.checkpoint),
-        deadline=units.time_or_none(stop.deadline),
+        deadline=deadline,
         requested_time=stop.requested_time,
     )
 

@@ -31,11 +31,11 @@ def add_drain_commands(commands: Any) -> None:
         "--timeout", type=duration, default=timedelta(minutes=30), help="how long to follow it (default 30m)"
     )
     drain.add_argument("--kubeconfig", help="default: $KUBECONFIG")
-    drain.set_defaults(func=drain_node)
+    drain.set_defaults(run="draining:drain_node")
     uncordon = commands.add_parser("uncordon", help="let new work land on a drained or cordoned host again")
     uncordon.add_argument("node", metavar="NODE", help="the host's Node name")
     uncordon.add_argument("--kubeconfig", help="default: $KUBECONFIG")
-    uncordon.set_defaults(func=uncordon_node)
+    uncordon.set_defaults(run="draining:uncordon_node")
 
 
 def _path(node: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from nodus.apimachinery.units import parse_quantity
-from nodus.cli import billing, commands, estimate, keys, nodes, pools, processes
+from nodus.cli import billing, commands, draining, estimate, keys, nodes, pools, processes
 from nodus.cli.processes import duration as _duration
 
 
@@ -252,10 +252,10 @@ def parser() -> argparse.ArgumentParser:
     nodes.add_join_token_flags(join)
     join.set_defaults(run="nodes:join_token")
 
-    pools_cmd = commands_.add_parser("pools", help="a project's Pools of hosts: join tokens (its Owners)")
+    pools_cmd = commands_.add_parser("pools", help="a project's Pools of hosts: join tokens, drain (its Owners)")
     pool_commands = pools_cmd.add_subparsers(dest="pools_command", required=True)
     pools.add_pool_commands(pool_commands)
-    # The lifecycle of a pool's hosts (nodus pools drain NODE) joins pool_commands here.
+    draining.add_drain_commands(pool_commands)
 
     logs = commands_.add_parser("logs", help="print the logs of a Job's attempt (like kubectl logs)")
     commands.add_logs_flags(logs)

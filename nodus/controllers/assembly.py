@@ -53,6 +53,7 @@ from nodus.controllers.jobs.reconciling import (
     waiting_in,
 )
 from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
+from nodus.controllers.nodes.draining import Draining
 from nodus.controllers.nodes.hosts import Hosts
 from nodus.controllers.nodes.lifecycle import NodeLifecycle
 from nodus.controllers.nodes.provisioning import (
@@ -230,6 +231,7 @@ class Controllers:
 
         for name, reconciler in (
             ("idle-hosts", IdleHosts(client, attempts, nodes)),
+            ("draining", Draining(client, nodes, attempts)),
             (
                 "node-lifecycle",
                 NodeLifecycle(client, nodes, attempts, grace=settings.node_grace, boot_timeout=settings.boot_timeout),

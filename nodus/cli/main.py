@@ -234,6 +234,13 @@ def parser() -> argparse.ArgumentParser:
 
     ctl = commands_.add_parser("controllers", help="run the controllers (one leader at a time) and the simulated cloud")
     processes.add_controller_flags(ctl)
+    ctl.add_argument(
+        "--price-book",
+        type=Path,
+        metavar="FILE",
+        help="the API servers' price book (a file, or sim or aws), whose platformFee prices attempts on Pool hosts "
+        "(default: sim, the one shipped with Nodus)",
+    )
     ctl.set_defaults(run="processes:controllers")
 
     agent = commands_.add_parser("agent", help="run a node agent: register a Node and run the Attempts bound to it")

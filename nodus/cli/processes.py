@@ -158,10 +158,12 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
 def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Path | None = None) -> ControllerSettings:
     """The controllers' settings from their flags; the provider is built here (``--provider``), as the controllers
     know none by name."""
+    from nodus.api import offerings
     from nodus.cloud.provider import Provider
     from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
     from nodus.controllers.assembly import ControllerSettings
     from nodus.controllers.jobs.gangplanning import TimeScales
+    from nodus.scheduler.snapshot import PlatformFee
 
     provider: Callable[[], Provider] | None = None
     scales = TimeScales()
@@ -193,6 +195,9 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         provider = awsflags.aws_provider(args, kubeconfig)
     if args.storage_charge_interval <= timedelta(0):
         raise SystemExit("--storage-charge-interval must be longer than 0s")
+    # The scheduler prices pool attempts at the fee of the price book the API servers serve (nodus dev: the same
+    # flag), so that an estimate and the placement it previews charge the same rate.
+    fee = offerings.load(getattr(args, "price_book", None)).platform_fee
     settings = ControllerSettings(
         kubeconfig=kubeconfig,
         workers=args.workers,
@@ -206,6 +211,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         provider=provider,
         sweep_interval=args.aws_sweep_interval,
         time_scales=scales,
+        platform_fee=PlatformFee(fee.per_gpu_hour, fee.per_host_hour),
     )
     if args.identity:
         settings.identity = args.identity

@@ -1,6 +1,6 @@
 """Draining a host: cordon it, then move its work elsewhere with a checkpoint (``nodus pools drain NODE``).
 
-A drain is a request recorded on the Node, as ``kubectl drain`` is a sequence of requests: the API
+A drain (ADR 0050) is a request recorded on the Node, as ``kubectl drain`` is a sequence of requests: the API
 server sets ``spec.unschedulable`` (the scheduler places nothing new there) and the annotations
 ``nodus.dev/drain-requested-at`` and ``nodus.dev/drain-grace-seconds``. The drain controller
 (``nodus.controllers.nodes.draining``) then asks every attempt still on the host to stop with reason

@@ -1,4 +1,4 @@
-"""The drain controller: moves the work off a host being drained, with a checkpoint first.
+"""The drain controller: moves the work off a host being drained, with a checkpoint first (ADR 0050).
 
 A drain is asked for on the Node (``nodus pools drain NODE``; the API server cordons it and writes
 ``nodus.dev/drain-requested-at`` and ``nodus.dev/drain-grace-seconds``, see ``nodus.api.draining``). Keyed

@@ -2,8 +2,8 @@
 
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
-NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery, gangs or
-images (repeatable).
+NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery, gangs,
+images or pools (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -38,6 +38,7 @@ from bench import (
     images,
     list_large,
     output_streaming,
+    pools,
     recovery,
     run_latency,
     schedule_throughput,
@@ -58,6 +59,7 @@ BENCHMARKS = (
     "recovery",
     "gangs",
     "images",
+    "pools",
 )
 
 
@@ -76,6 +78,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "recovery": {"jobs": 30},
             "gangs": {"rounds": 2, "restarts": 2},
             "images": {"pull_rounds": 2, "start_rounds": 10, "warm": 10, "blob_mib": 1024},
+            "pools": {"joins": 8, "jobs": 16, "pairs": 6, "rounds": 4},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -90,6 +93,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "recovery": {"jobs": 100},
         "gangs": {"rounds": 5, "restarts": 5},
         "images": {"pull_rounds": 5, "start_rounds": 30, "warm": 40, "blob_mib": 1024},
+        "pools": {"joins": 20, "jobs": 60, "pairs": 20, "rounds": 10},
     }
 
 
@@ -150,6 +154,10 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         results["images"] = await images.run(workdir / "images", **params["images"])
         results["images"]["seconds"] = time.monotonic() - started
+    if "pools" in only:
+        started = time.monotonic()
+        results["pools"] = await pools.run(workdir / "pools", **params["pools"])
+        results["pools"]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -361,6 +369,8 @@ def table(results: dict[str, Any]) -> str:
         rows.extend(gangs.rows(results["gangs"]))
     if "images" in results:
         rows.extend(images.rows(results["images"]))
+    if "pools" in results:
+        rows.extend(pools.rows(results["pools"]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

@@ -103,11 +103,17 @@ TEST_STORAGE = 'storage: {rateUSDPerGiBMonth: "7300", freePerJob: 256Ki}'
 STORAGE_FREE_BYTES = 256 * 1024
 
 
+# A100 PCIe hosts are shared between attempts in the test cluster (tests/e2e/running/test_shared_offerings.py; no
+# other test uses them), as a deployment opts an accelerator in (ADR 0048).
+SHARED_HOST = "  - accelerator: a100-pcie-40g\n"
+
+
 def price_book_text() -> str:
-    """The shipped price book with the test cluster's storage price."""
+    """The shipped price book with the test cluster's storage price and its A100 PCIe hosts shared."""
     shipped = resources.files("nodus.catalog").joinpath("pricebook.yaml").read_text(encoding="utf-8")
     assert shipped.count(SHIPPED_STORAGE) == 1, "the shipped price book's storage line changed: update the tests"
-    return shipped.replace(SHIPPED_STORAGE, TEST_STORAGE)
+    assert shipped.count(SHARED_HOST) == 1, "the shipped price book's A100 PCIe entry changed: update the tests"
+    return shipped.replace(SHIPPED_STORAGE, TEST_STORAGE).replace(SHARED_HOST, SHARED_HOST + "    shareable: true\n")
 
 
 @pytest.fixture(scope="session")

@@ -288,10 +288,17 @@ async def _pair(client: Any, tracker: Tracker, names: tuple[str, str], logs: Any
     running = sorted((s.stages["job_running"], s.job) for s in (first, second))
     ends = {s.job: tracker.ended[s.job][0] for s in (first, second)}
     gpus = [set(tracker.gpus.get(name, ())) for name in names]
+    # Where the later one's time goes: each stage of the chain, from just before the creates, for both Jobs.
+    stages = {
+        stage: sorted(s.stages[stage] - started for s in (first, second))
+        for stage in run_latency.STAGES
+        if all(stage in s.stages for s in (first, second))
+    }
     await asyncio.sleep(0.3)
     return {
         "first": running[0][0] - started,
         "second": running[1][0] - started,
+        "stages": stages,
         # The later one was Running before the earlier one had ended, on one host, with GPUs of its own.
         "at_once": running[1][0] < ends[running[0][1]]
         and first.node == second.node
@@ -521,6 +528,14 @@ def _summarise(
         "second": _stats([p["second"] for p in paired]),
     }
     pair["at_once"] = sum(1 for p in paired if p["at_once"])
+    # Per stage of the chain, p50 of (earlier Job, later Job) reaching it, from just before the two creates.
+    pair["stages_p50_ms"] = {
+        stage: [
+            round(1000 * common.median([p["stages"][stage][k] for p in paired if stage in p["stages"]]), 1)
+            for k in (0, 1)
+        ]
+        for stage in run_latency.STAGES
+    }
     pair["n"] = len(paired)
     pair.update(_ratios(pair["second"], running["pool"]))
     return {"join": join, "running": running, "pair": pair}
@@ -584,4 +599,24 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             "-",
         )
     )
+    stages = pair["stages_p50_ms"]
+    out.append(
+        (
+            "  the pair's bound, assigned, Running p50 ms",
+            ", ".join(f"{stages[k][0]:.0f}/{stages[k][1]:.0f}" for k in ("bound", "assigned", "job_running")),
+            "one Job: " + ", ".join(f"{v:.0f}" for v in _cumulative(running["pool"]["breakdown_p50_ms"])),
+            "",
+            "",
+            "",
+        )
+    )
     return out
+
+
+def _cumulative(breakdown: dict[str, float]) -> list[float]:
+    """The single Job's bound, assigned and Job Running times from its create, from the medians of its gaps."""
+    total, at = 0.0, {}
+    for gap, value in breakdown.items():
+        total += value
+        at[gap.split("->")[1]] = total
+    return [at["bound"], at["assigned"], at["job_running"]]

@@ -3,6 +3,7 @@ credential exchange (a Node in the pool, maxHosts, name conflicts, expired, revo
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from nodus.apimachinery.sealing import Keyring
+from nodus.storage import database
 from tests.conftest import make_project
 from tests.support import cluster as clusters
 from tests.support import kubectl
@@ -26,15 +28,21 @@ EXCHANGE = f"{API}/nodecredentials"
 
 
 @pytest.fixture(scope="module")
-def keyed(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """An API server that issues node credentials (a secret key file), on the session's database."""
+def keyed(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """An API server that issues node credentials (a secret key file), on a database of its own: the projects its
+    tests make (dave owns one) stay out of the session cluster, whose tests count a user's projects."""
+    url = asyncio.run(database.create_database(database_server))
+    database.migrate(url)
     directory = tmp_path_factory.mktemp("pools")
     Keyring.generate(directory / "secret-keys")
     running = clusters.start(
-        directory, database_url, extra_args=("--secret-key-file", str(directory / "secret-keys")), migrate=False
+        directory, url, extra_args=("--secret-key-file", str(directory / "secret-keys")), migrate=False
     )
-    yield running
-    running.stop()
+    try:
+        yield running
+    finally:
+        running.stop()
+        asyncio.run(database.drop_database(url))
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 What runs while this process leads (the ``nodus-controllers`` Lease): the Job controller, the Secret
 pins (old Secret versions kept while Jobs pin them), billing (holds and charges of each attempt),
 storage billing (each Job's stored bytes, by the hour), the status copies of Budgets and of Projects'
-credits, the Pools (their status, and their hosts revoked when they go), the scheduler loop, the
-provisioner (attempts to hosts, idle hosts released), node lifecycle (heartbeats), and, with a
-provider, the hosts controller that boots and kills its hosts (the simulated cloud's are agent
+credits, the Pools (their status, and their hosts revoked when they go), the Pipelines (their stage
+Jobs in dependency order, ADR 0052), the scheduler loop, the provisioner (attempts to hosts, idle
+hosts released), node lifecycle (heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the simulated cloud's are agent
 processes). Standbys keep their informers synced so a takeover starts warm. Garbage
 collection of owned objects runs in the API server (ADR 0005); TTL after finish is the Job
 controller's.
@@ -65,6 +65,7 @@ from nodus.controllers.nodes.provisioning import (
     nodes_of,
     ran_on,
 )
+from nodus.controllers.pipelines import OWNER_INDEX, PipelineReconciler, owner_uid
 from nodus.controllers.pools import (
     ATTEMPT_HOST_INDEX,
     POOL_INDEX,
@@ -220,6 +221,14 @@ class Controllers:
         nodes.add_handler(enqueue_pool_of_node(pool_queue))
         attempts.add_handler(enqueue_pool_of_attempt(pool_queue, nodes))
         manager.add_controller("pools", PoolStatus(client, pools, nodes, attempts), pool_queue, workers)
+
+        # Each Pipeline's stage Jobs, created in dependency order, and its status (ADR 0052).
+        pipelines = manager.informer("pipelines", resync=settings.resync)
+        jobs.add_index(OWNER_INDEX, owner_uid)
+        pipeline_queue: WorkQueue[Any] = WorkQueue()
+        pipelines.add_handler(enqueue_object(pipeline_queue))
+        jobs.add_handler(enqueue_owner(pipeline_queue, "Pipeline"))
+        manager.add_controller("pipelines", PipelineReconciler(client, pipelines, jobs), pipeline_queue, workers)
 
         provision_queue: WorkQueue[Any] = WorkQueue()
         attempts.add_handler(enqueue_object(provision_queue))

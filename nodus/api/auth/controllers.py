@@ -22,8 +22,11 @@ STATUS = frozenset({"get", "update", "patch"})
 
 # resource -> subresource ("" for the object itself) -> verbs
 RIGHTS: dict[str, dict[str, frozenset[str]]] = {
-    # Finalizers and the requested-action bookkeeping on the Job; deletion after ttlSecondsAfterFinished.
-    "jobs": {"": READ | {"update", "patch", "delete"}, "status": STATUS},
+    # Finalizers and the requested-action bookkeeping on the Job; deletion after ttlSecondsAfterFinished. The
+    # Pipeline controller creates stage Jobs and sets their spec.state (a Pipeline's suspend or cancel, ADR 0052).
+    "jobs": {"": READ | {"create", "update", "patch", "delete"}, "status": STATUS},
+    # The Pipeline controller writes each Pipeline's status.
+    "pipelines": {"": READ, "status": STATUS},
     # Attempts are the Job controller's children: created, stopped (spec.stop), deleted with their Job.
     "attempts": {"": READ | {"create", "update", "patch", "delete"}, "status": STATUS},
     # The provisioner creates Booting Nodes, the lifecycle controller marks them Lost and deletes them.

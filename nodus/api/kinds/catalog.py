@@ -2,7 +2,7 @@
 
 Kinds are declared once, as module constants, with strategies that need nothing from a server (the
 OpenAPI documents and unit tests read those). A server builds its registry with :class:`Dependencies`:
-the Secret strategy gets the server's keyring, the Job and Connection strategies its destination
+the Secret strategy gets the server's keyring, the Job, Pipeline and Connection strategies its destination
 policy, and the Job its admission (the estimate and funding checks, which read storage). Nothing is
 configured process-wide, so two servers in one process (tests) never share a keyring or a policy.
 """
@@ -20,6 +20,7 @@ from nodus.api.kinds.job import JOB, JobStrategy
 from nodus.api.kinds.lease import LEASE
 from nodus.api.kinds.node import NODE
 from nodus.api.kinds.offering import OFFERING
+from nodus.api.kinds.pipeline import PIPELINE, PipelineStrategy
 from nodus.api.kinds.pool import POOL
 from nodus.api.kinds.project import PROJECT
 from nodus.api.kinds.secret import SECRET, SecretStrategy
@@ -56,4 +57,5 @@ def registry(dependencies: Dependencies | None = None) -> Registry:
     kinds.register(BUDGET)
     kinds.register(BOOTSTRAP_TOKEN)
     kinds.register(POOL)
+    kinds.register(dataclasses.replace(PIPELINE, strategy=PipelineStrategy(deps.destinations)))
     return kinds

@@ -20,4 +20,7 @@ BudgetConditionType = Literal["Exhausted"]
 NodeConditionType = Literal["Ready"]
 """A Node's condition: its agent heartbeats."""
 
-ConditionType = JobConditionType | BudgetConditionType | NodeConditionType
+PipelineConditionType = Literal["Complete", "Failed", "Suspended"]
+"""A Pipeline's conditions: every stage succeeded, a stage failed, its stages are suspended."""
+
+ConditionType = JobConditionType | BudgetConditionType | NodeConditionType | PipelineConditionType

@@ -26,6 +26,12 @@ POOL: Final = "nodus.dev/pool"
 POOL_PROJECT: Final = "nodus.dev/pool-project"
 """On a Node and a join token: the project of that Pool."""
 
+# Labels on a Pipeline's stage Jobs (set by the Pipeline controller).
+PIPELINE: Final = "nodus.dev/pipeline"
+"""The Pipeline that created a Job."""
+STAGE: Final = "nodus.dev/stage"
+"""The stage of that Pipeline a Job runs."""
+
 # Annotations.
 RESTART_REQUESTED_AT: Final = "nodus.dev/restart-requested-at"
 """On a Job: a user asks for a restart at this time (each new value restarts once)."""

@@ -37,6 +37,7 @@ from nodus.apis.v1.offering import OfferingSpec, OfferingStatus
 from nodus.apis.v1.pool import PoolSpec, PoolStatus
 from nodus.apis.v1.project import ProjectSpec, ProjectStatus
 from nodus.apis.v1.secret import SecretStatus
+from nodus.apis.v1.pipeline import PipelineSpec, PipelineStatus
 from nodus.apis.v1.volume import VolumeSpec, VolumeStatus
 
 CACHE_SIZE: Final = 50_000
@@ -145,6 +146,12 @@ class Secret(View):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     type: str = "Opaque"
     status: SecretStatus = Field(default_factory=SecretStatus)
+
+
+class Pipeline(View):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PipelineSpec
+    status: PipelineStatus = Field(default_factory=PipelineStatus)
 
 
 class Volume(View):

@@ -1,0 +1,219 @@
+"""What a Pipeline should do next: a pure decision over the Pipeline and its stage Jobs (ADR 0052).
+
+:func:`plan` reads the Pipeline and the Jobs it owns (by stage) and returns the stages whose Jobs to
+create, the stage Jobs whose ``spec.state`` to set, and the status to show. It never reads a clock
+(``now`` is given) and never writes; :mod:`nodus.controllers.pipelines` carries the plan out.
+
+The rules, level-triggered (every call decides from what is true now):
+
+* A stage's phase is its Job's (Pending, Queued, Provisioning, Recovering and Running read as
+  Running; Suspending as Suspended). A stage without a Job is Waiting, or Skipped when a stage it
+  waits for Failed, was Cancelled or was Skipped.
+* ``spec.state: Cancelled``: every unfinished stage Job is set Cancelled; nothing new starts.
+* A stage Failed or Cancelled (not by the Pipeline) without ``continueOnFailure``: the Pipeline is
+  Failed and every unfinished stage Job is set Cancelled. With ``continueOnFailure`` only the stages
+  downstream of it are skipped.
+* ``spec.state: Suspended``: every unfinished stage Job is set Suspended; nothing new starts.
+  Back to Running: the stage Jobs are set Running again.
+* Otherwise a Waiting stage whose every upstream stage Succeeded gets its Job, unless the stages have
+  spent ``maxCostUSD`` already, which fails the Pipeline (``MaxCostReached``).
+* Every stage Succeeded (or Skipped, or Failed with ``continueOnFailure``): the Pipeline Succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from nodus.apimachinery import units
+from nodus.apis.v1 import objects, phases, stagegraph
+from nodus.apis.v1.conditions import PipelineConditionType
+from nodus.apis.v1.pipeline import PipelinePhase, StagePhase
+from nodus.controllers.jobs import conditions
+
+Object = dict[str, Any]
+
+_STAGE_PHASE: dict[str, StagePhase] = {
+    "Succeeded": "Succeeded",
+    "Failed": "Failed",
+    "Cancelled": "Cancelled",
+    "Suspended": "Suspended",
+    "Suspending": "Suspended",
+}
+_STOPPED: frozenset[StagePhase] = frozenset({"Failed", "Cancelled", "Skipped"})
+
+
+@dataclass
+class Plan:
+    """What to do: Jobs to create (by stage), stage Jobs' ``spec.state`` to set (Job name -> state), the status."""
+
+    create: list[str] = field(default_factory=list)
+    states: dict[str, str] = field(default_factory=dict)
+    status: Object = field(default_factory=dict)
+    remaining_usd: Decimal | None = None
+    """What ``maxCostUSD`` leaves for the stages created now (None: no cap)."""
+
+
+def plan(pipeline: objects.Pipeline, jobs: Mapping[str, objects.Job], now: datetime) -> Plan:
+    """Decide for ``pipeline`` given its stage Jobs ``jobs`` (stage name -> the Job it owns)."""
+    spec, name = pipeline.spec, pipeline.metadata.name
+    edges = stagegraph.graph(spec.stages)
+    by_name = {stage.name: stage for stage in spec.stages}
+    phase_of: dict[str, StagePhase] = {}
+    for stage in spec.stages:  # validation keeps the graph acyclic, and stages are in any order: resolve lazily
+        _stage_phase(stage.name, edges, jobs, phase_of)
+    spent = sum((_cost(job) for job in jobs.values()), Decimal(0))
+    out = Plan()
+    # The stage that failed first in spec order names the failure, not the ones the Pipeline cancelled because of it.
+    failed = sorted(
+        (s for s in spec.stages if phase_of[s.name] in ("Failed", "Cancelled") and not s.continue_on_failure),
+        key=lambda s: phase_of[s.name] != "Failed",
+    )
+    unfinished = {stage: job for stage, job in jobs.items() if job.status.phase not in phases.JOB_FINISHED}
+    phase: PipelinePhase
+    message: str
+    reason: str | None = None
+    if spec.state == "Cancelled":
+        phase, message = "Cancelled", "spec.state is Cancelled: the stage Jobs are cancelled."
+        _set_states(out, unfinished, "Cancelled")
+    elif failed:
+        first = failed[0]
+        phase, reason = "Failed", "StageFailed"
+        message = f"Stage {first.name} {phase_of[first.name].lower()} (Job {_job(name, first.name)}); the stages "
+        message += "still running are cancelled and the rest do not start."
+        _set_states(out, unfinished, "Cancelled")
+    elif spec.state == "Suspended":
+        phase, message = "Suspended", "spec.state is Suspended: the running stage Jobs are suspended."
+        _set_states(out, unfinished, "Suspended")
+    else:
+        _set_states(out, unfinished, "Running")
+        ready = [
+            s.name
+            for s in spec.stages
+            if phase_of[s.name] == "Waiting" and all(phase_of[up] == "Succeeded" for up in edges[s.name])
+        ]
+        cap = Decimal(spec.max_cost_usd) if spec.max_cost_usd is not None else None
+        if cap is not None:
+            out.remaining_usd = cap - spent
+        if ready and cap is not None and spent >= cap:
+            phase, reason = "Failed", "MaxCostReached"
+            message = f"The stages spent {spent} USD of maxCostUSD {cap}; stages {', '.join(ready)} do not start."
+        else:
+            out.create = ready
+            over = all(phase_of[s] == "Succeeded" or phase_of[s] in _STOPPED for s in by_name)
+            if over and not ready:
+                phase, message = "Succeeded", "Every stage finished."
+                skipped = [s for s in by_name if phase_of[s] != "Succeeded"]
+                if skipped:
+                    message = f"Every stage finished; {', '.join(skipped)} did not succeed (continueOnFailure)."
+            elif jobs or ready:
+                phase, message = "Running", _running_message(phase_of)
+            else:
+                phase, message = "Pending", "No stage can start yet."
+    for created in out.create:
+        phase_of[created] = "Running"
+    out.status = _status(pipeline, jobs, phase_of, phase, message, reason, spent, now)
+    return out
+
+
+def _stage_phase(
+    stage: str, edges: Mapping[str, list[str]], jobs: Mapping[str, objects.Job], known: dict[str, StagePhase]
+) -> StagePhase:
+    if stage in known:
+        return known[stage]
+    job = jobs.get(stage)
+    result: StagePhase
+    if job is not None:
+        result = _STAGE_PHASE.get(str(job.status.phase), "Running")
+    elif any(_stage_phase(up, edges, jobs, known) in _STOPPED for up in edges.get(stage, ())):
+        result = "Skipped"
+    else:
+        result = "Waiting"
+    known[stage] = result
+    return result
+
+
+def _set_states(out: Plan, unfinished: Mapping[str, objects.Job], state: str) -> None:
+    for job in unfinished.values():
+        if job.spec.state != state:
+            out.states[job.metadata.name] = state
+
+
+def _cost(job: objects.Job) -> Decimal:
+    cost = job.status.cost
+    return Decimal(cost.total_usd) if cost is not None and cost.total_usd is not None else Decimal(0)
+
+
+def _job(pipeline: str, stage: str) -> str:
+    return stagegraph.job_name(pipeline, stage)
+
+
+def _running_message(phase_of: Mapping[str, StagePhase]) -> str:
+    running = [s for s, p in phase_of.items() if p == "Running"]
+    waiting = [s for s, p in phase_of.items() if p == "Waiting"]
+    parts = [f"running: {', '.join(running)}"] if running else []
+    parts += [f"waiting: {', '.join(waiting)}"] if waiting else []
+    return "Stages " + "; ".join(parts) + "." if parts else "Stages are running."
+
+
+def _status(
+    pipeline: objects.Pipeline,
+    jobs: Mapping[str, objects.Job],
+    phase_of: Mapping[str, StagePhase],
+    phase: PipelinePhase,
+    message: str,
+    reason: str | None,
+    spent: Decimal,
+    now: datetime,
+) -> Object:
+    old = pipeline.status
+    generation = pipeline.metadata.generation
+    status: Object = {
+        "observedGeneration": generation,
+        "phase": phase,
+        "message": message,
+        "costUSD": str(spent),
+        "succeeded": sum(1 for p in phase_of.values() if p == "Succeeded"),
+        "conditions": [c.to_json() for c in old.conditions or ()],
+    }
+    starts = [job.metadata.creation_timestamp for job in jobs.values() if job.metadata.creation_timestamp]
+    start = old.start_time or (min(starts) if starts else None)
+    if start is not None:
+        status["startTime"] = start
+    if phase in ("Succeeded", "Failed", "Cancelled"):
+        status["completionTime"] = old.completion_time or units.format_time(now)
+    stages: list[Object] = []
+    for stage in pipeline.spec.stages:
+        entry: Object = {"name": stage.name, "phase": phase_of[stage.name]}
+        job = jobs.get(stage.name)
+        if job is not None or phase_of[stage.name] == "Running":
+            entry["job"] = _job(pipeline.metadata.name, stage.name)
+        if job is not None:
+            for key, value in (
+                ("startTime", job.status.start_time),
+                ("completionTime", job.status.completion_time),
+                ("costUSD", str(_cost(job))),
+                ("message", job.status.message if phase_of[stage.name] == "Failed" else None),
+            ):
+                if value is not None:
+                    entry[key] = value
+        elif phase_of[stage.name] == "Skipped":
+            entry["message"] = "A stage it depends on did not succeed."
+        stages.append(entry)
+    status["stages"] = stages
+    shown: tuple[tuple[PipelineConditionType, bool, str], ...] = (
+        ("Complete", phase == "Succeeded", "Succeeded"),
+        ("Failed", phase == "Failed", reason or "StageFailed"),
+        ("Suspended", phase == "Suspended", "Suspended"),
+    )
+    for type_, on, why in shown:
+        if on:
+            conditions.set(status, type_, "True", why, message, now, generation)
+        elif conditions.get(status, type_) is not None:
+            conditions.set(status, type_, "False", f"Not{type_}", f"The Pipeline is {phase}.", now, generation)
+    if not status["conditions"]:
+        del status["conditions"]
+    return status

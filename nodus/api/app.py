@@ -31,6 +31,7 @@ from nodus.api.http import (
     secrets,
     streaming,
     system,
+    workspaces,
 )
 from nodus.api.http.responses import error_response, request_id
 from nodus.api.server import APIServer
@@ -162,6 +163,8 @@ def create_app(server: APIServer) -> FastAPI:
     router.add_route(f"{namespaced}/blobs/{{digest}}", blobs.download, with_head)
     router.add_route(f"{namespaced}/jobs/{{name}}/outputs/{{output}}", outputs.job_output, with_head)
     router.add_route(f"{namespaced}/volumes/{{name}}/revisions", blobs.volume_revision, every_method)
+    router.add_route(f"{namespaced}/workspaces/{{name}}/revisions", workspaces.revisions, every_method)
+    router.add_route(f"{namespaced}/workspaces/{{name}}/revisions/{{number}}", workspaces.revision, with_head)
     router.add_route(
         "/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values", secrets.secret_values, every_method
     )

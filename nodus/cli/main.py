@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from nodus.apimachinery.units import parse_quantity
-from nodus.cli import billing, commands, draining, estimate, keys, nodes, pools, processes
+from nodus.cli import billing, commands, draining, estimate, keys, nodes, pools, processes, workspaces
 from nodus.cli.processes import duration as _duration
 
 
@@ -303,6 +303,10 @@ def parser() -> argparse.ArgumentParser:
     volumes_upload = volumes_commands.add_parser("upload", help="upload a directory (as tar.zst) or a file")
     commands.add_volumes_upload_flags(volumes_upload)
     volumes_upload.set_defaults(run="commands:volumes_upload")
+
+    workspaces_cmd = commands_.add_parser("workspaces", help="push a directory to a Workspace, pull a revision")
+    workspaces_commands = workspaces_cmd.add_subparsers(dest="workspaces_command", required=True)
+    workspaces.add_workspace_commands(workspaces_commands)
     return root
 
 

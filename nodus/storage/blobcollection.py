@@ -3,7 +3,7 @@
 The rules are ADR 0034's; the pass that applies them in order is ``nodus.api.blobcollection``. Here:
 
 * **References** (:func:`references`). A blob of a project is referenced while an object of the
-  project that may name blobs (:data:`REFERRING_KINDS`: Jobs, Attempts, Volumes) names its digest
+  project that may name blobs (:data:`REFERRING_KINDS`: Jobs, Attempts, Volumes, Workspaces) names its digest
   anywhere in its body, as ``sha256:<hex>`` or as the bare hex of ``sha256`` fields: a Job's outputs,
   inputs and source, an Attempt's pinned inputs, volumes, source, restore and checkpoints (a gang's
   shards too), a Volume's revisions. Matching every digest-shaped string rather than a list of fields
@@ -35,7 +35,7 @@ from nodus.storage import blobs
 from nodus.storage.objects import Storage
 from nodus.storage.objectstore import ObjectStore
 
-REFERRING_KINDS = ("Job", "Attempt", "Volume")
+REFERRING_KINDS = ("Job", "Attempt", "Volume", "Workspace")
 """The kinds whose objects may name blobs; a kind that comes to name blobs must be added here."""
 
 CHECKPOINT_MANIFEST_MEDIA_TYPE = "application/vnd.nodus.checkpoint.manifest+json"

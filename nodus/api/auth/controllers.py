@@ -41,6 +41,7 @@ RIGHTS: dict[str, dict[str, frozenset[str]]] = {
     # The pinned-versions annotation that keeps a Secret's versions a Job still needs.
     "secrets": {"": READ | {"patch"}},
     "volumes": {"": READ},
+    "workspaces": {"": READ},
     "connections": {"": READ},
     "budgets": {"": READ, "status": STATUS},
     # The pools controller writes each Pool's status and lifts its nodus.dev/pool-hosts finalizer once the pool's

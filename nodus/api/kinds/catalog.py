@@ -25,6 +25,7 @@ from nodus.api.kinds.pool import POOL
 from nodus.api.kinds.project import PROJECT
 from nodus.api.kinds.secret import SECRET, SecretStrategy
 from nodus.api.kinds.volume import VOLUME
+from nodus.api.kinds.workspace import WORKSPACE
 from nodus.api.registry import Admission, Registry
 from nodus.apimachinery.destinations import Policy
 from nodus.apimachinery.sealing import Keyring
@@ -58,4 +59,5 @@ def registry(dependencies: Dependencies | None = None) -> Registry:
     kinds.register(BOOTSTRAP_TOKEN)
     kinds.register(POOL)
     kinds.register(dataclasses.replace(PIPELINE, strategy=PipelineStrategy(deps.destinations)))
+    kinds.register(WORKSPACE)
     return kinds

@@ -39,6 +39,7 @@ from nodus.apis.v1.project import ProjectSpec, ProjectStatus
 from nodus.apis.v1.secret import SecretStatus
 from nodus.apis.v1.pipeline import PipelineSpec, PipelineStatus
 from nodus.apis.v1.volume import VolumeSpec, VolumeStatus
+from nodus.apis.v1.workspace import WorkspaceSpec, WorkspaceStatus
 
 CACHE_SIZE: Final = 50_000
 
@@ -158,6 +159,12 @@ class Volume(View):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: VolumeSpec = Field(default_factory=VolumeSpec)
     status: VolumeStatus = Field(default_factory=VolumeStatus)
+
+
+class Workspace(View):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: WorkspaceSpec = Field(default_factory=WorkspaceSpec)
+    status: WorkspaceStatus = Field(default_factory=WorkspaceStatus)
 
 
 V = TypeVar("V", bound=View)

@@ -5,10 +5,10 @@ pins (old Secret versions kept while Jobs pin them), billing (holds and charges 
 storage billing (each Job's stored bytes, by the hour), the status copies of Budgets and of Projects'
 credits, the Pools (their status, and their hosts revoked when they go), the Pipelines (their stage
 Jobs in dependency order, ADR 0052), the scheduler loop, the provisioner (attempts to hosts, idle
-hosts released), node lifecycle (heartbeats), and, with a provider, the hosts controller that boots and kills its hosts (the simulated cloud's are agent
-processes). Standbys keep their informers synced so a takeover starts warm. Garbage
-collection of owned objects runs in the API server (ADR 0005); TTL after finish is the Job
-controller's.
+hosts released), node lifecycle (heartbeats), and, with a provider, the hosts controller that
+boots and kills its hosts (the simulated cloud's are agent processes). Standbys keep their
+informers synced so a takeover starts warm. Garbage collection of owned objects runs in the API
+server (ADR 0005); TTL after finish is the Job controller's.
 
 The controllers know the provider only as a :class:`~nodus.cloud.provider.Provider`: whoever starts
 the process (``nodus controllers``, ``nodus dev``) chooses it and passes a factory in the settings.

@@ -1,0 +1,241 @@
+"""Pipelines run for real: kubectl applies a Pipeline, the controllers create its stage Jobs in dependency order,
+real agents run them, and a failure, a suspend and a cancel cascade to the stage Jobs (ADR 0052)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.running.conftest import Running
+from tests.support.images import registry_python_image
+from tests.support.objects import API
+
+pytestmark = pytest.mark.e2e
+
+
+def kubectl(binary: Path, running: Running, project: str, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [str(binary), "--kubeconfig", str(running.cluster.kubeconfig("admin", project)), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def stage(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    spec = {"image": registry_python_image(), "resources": {"cpu": "1"}, "command": ["/bin/sh", "-c", script]}
+    spec.update(extra.pop("spec", {}))
+    return {"name": name, "template": {"metadata": {"labels": {"team": "data"}}, "spec": spec}, **extra}
+
+
+def manifest(name: str, *stages: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "nodus.dev/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
+        "spec": {"stages": list(stages), **spec},
+    }
+
+
+def get(running: Running, project: str, plural: str, name: str) -> dict[str, Any] | None:
+    with running.client() as client:
+        response = client.get(f"{API}/namespaces/{project}/{plural}/{name}")
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+
+def wait_pipeline(running: Running, project: str, name: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        found = get(running, project, "pipelines", name)
+        return found if found is not None and (found.get("status") or {}).get("phase") in phases else None
+
+    return dict(running.wait_for(f"pipeline {name} to reach {phases}", check, timeout))
+
+
+def wait_job(running: Running, project: str, name: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    """Wait for stage Job ``name`` (which the controller may not have created yet) to reach one of ``phases``."""
+
+    def check() -> dict[str, Any] | None:
+        found = get(running, project, "jobs", name)
+        return found if found is not None and (found.get("status") or {}).get("phase") in phases else None
+
+    return dict(running.wait_for(f"job {name} to reach {phases}", check, timeout))
+
+
+def patch_state(running: Running, project: str, name: str, state: str) -> None:
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/pipelines/{name}",
+            json={"spec": {"state": state}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+
+
+def job_log(running: Running, project: str, name: str) -> str:
+    with running.client() as client:
+        return client.get(f"{API}/namespaces/{project}/jobs/{name}/log").text
+
+
+FAN_IN = manifest(
+    "etl",
+    stage("a", "echo from-a > /nodus/outputs/part.txt"),
+    stage(
+        "b",
+        "echo from-b > /workspace/rows.txt",
+        spec={"outputs": [{"name": "rows", "path": "/workspace/rows.txt"}]},
+    ),
+    stage(
+        "c",
+        "cat /nodus/inputs/left/part.txt /nodus/inputs/right",
+        spec={
+            "inputs": [
+                {"name": "left", "fromStage": {"stage": "a", "output": "outputs"}},
+                {"name": "right", "fromStage": {"stage": "b", "output": "rows"}},
+            ]
+        },
+    ),
+)
+
+
+def test_a_fan_in_runs_in_order_reads_pinned_outputs_and_goes_with_its_pipeline(
+    running: Running, kubectl_binary: Path
+) -> None:
+    project = running.project()
+    kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=yaml.safe_dump(FAN_IN))
+    done = wait_pipeline(running, project, "etl", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded", (done["status"], running.logs())
+    stages = {s["name"]: s for s in done["status"]["stages"]}
+    assert {n: s["phase"] for n, s in stages.items()} == {"a": "Succeeded", "b": "Succeeded", "c": "Succeeded"}
+    assert {n: s["job"] for n, s in stages.items()} == {"a": "etl-a", "b": "etl-b", "c": "etl-c"}
+    assert done["status"]["succeeded"] == 3 and done["status"]["completionTime"]
+
+    a, b, c = (get(running, project, "jobs", f"etl-{n}") for n in "abc")
+    assert a is not None and b is not None and c is not None
+    for stage_name, stage_job in zip("abc", (a, b, c), strict=True):
+        meta = stage_job["metadata"]
+        assert meta["labels"] == {"team": "data", "nodus.dev/pipeline": "etl", "nodus.dev/stage": stage_name}
+        (owner,) = meta["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "Pipeline",
+            "etl",
+            done["metadata"]["uid"],
+            True,
+        )
+    # c was created only after both of its upstream stages finished, and reads their committed outputs by digest.
+    assert c["metadata"]["creationTimestamp"] >= max(a["status"]["completionTime"], b["status"]["completionTime"])
+    assert c["spec"]["inputs"] == [
+        {"name": "left", "output": {"job": "etl-a", "name": "outputs", "index": 0}},
+        {"name": "right", "output": {"job": "etl-b", "name": "rows", "index": 0}},
+    ]
+    digests = {i["name"]: i["sha256"] for i in c["status"]["inputs"]}
+    a_out = {o["name"]: o["sha256"] for o in a["status"]["outputs"]}
+    b_out = {o["name"]: o["sha256"] for o in b["status"]["outputs"]}
+    assert digests == {"left": a_out["outputs"], "right": b_out["rows"]}
+    text = job_log(running, project, "etl-c")
+    assert "from-a" in text and "from-b" in text
+
+    table = kubectl(kubectl_binary, running, project, "get", "pipelines")
+    header, row = table.splitlines()[:2]
+    assert header.split() == ["NAME", "STAGES", "PHASE", "COST", "AGE"]
+    assert row.split()[:3] == ["etl", "3/3", "Succeeded"] and row.split()[3].startswith("$")
+
+    # Deleting the Pipeline deletes its stage Jobs (they name it as their owner).
+    kubectl(kubectl_binary, running, project, "delete", "pipeline", "etl")
+    running.wait_for(
+        "the stage Jobs to be deleted with their Pipeline",
+        lambda: all(get(running, project, "jobs", f"etl-{n}") is None for n in "abc"),
+        timeout=120,
+    )
+
+
+def test_an_invalid_graph_is_refused_with_every_field_named(running: Running) -> None:
+    project = running.project()
+    body = manifest(
+        "loop",
+        stage("a", "true", dependsOn=["c"]),
+        stage("b", "true", dependsOn=["a", "nope"]),
+        stage("c", "true", spec={"inputs": [{"name": "x", "fromStage": {"stage": "b", "output": "model"}}]}),
+    )
+    with running.client() as client:
+        response = client.post(f"{API}/namespaces/{project}/pipelines", json=body)
+    assert response.status_code == 422, response.text
+    fields = {cause["field"] for cause in response.json()["details"]["causes"]}
+    assert fields == {
+        "spec.stages",
+        "spec.stages[1].dependsOn[1]",
+        "spec.stages[2].template.spec.inputs[0].fromStage.output",
+    }
+    assert "a -> c -> b -> a" in response.text
+
+
+def test_a_failed_stage_fails_the_pipeline_and_cancels_the_rest(running: Running) -> None:
+    project = running.project()
+    body = manifest(
+        "broken",
+        stage("a", "sleep 3; echo failing; exit 3", spec={"backoffLimit": 0}),
+        stage("b", "sleep 120"),
+        stage("c", "true", dependsOn=["a"]),
+    )
+    with running.client() as client:
+        response = client.post(f"{API}/namespaces/{project}/pipelines", json=body)
+        assert response.status_code == 201, response.text
+    # b runs beside a (usually Running by the time a fails); the failure cancels it wherever it is.
+    wait_job(running, project, "broken-b", "Running", "Cancelled", timeout=120)
+    failed = wait_pipeline(running, project, "broken", "Failed")
+    assert "Stage a failed" in failed["status"]["message"]
+    assert next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["reason"] == "StageFailed"
+    cancelled = wait_job(running, project, "broken-b", "Cancelled", timeout=120)
+    assert cancelled["spec"]["state"] == "Cancelled"
+    final = wait_pipeline(running, project, "broken", "Failed")
+    running.wait_for(
+        "the pipeline to show b cancelled",
+        lambda: (
+            {s["name"]: s["phase"] for s in (get(running, project, "pipelines", "broken") or {})["status"]["stages"]}
+            == {"a": "Failed", "b": "Cancelled", "c": "Skipped"}
+        ),
+    )
+    assert final["status"]["phase"] == "Failed"
+    assert get(running, project, "jobs", "broken-c") is None
+
+
+def test_suspend_and_cancel_cascade_to_the_running_stage(running: Running, kubectl_binary: Path) -> None:
+    project = running.project()
+    body = manifest("long", stage("a", "sleep 300"), stage("b", "true", dependsOn=["a"]))
+    kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+    wait_job(running, project, "long-a", "Running", timeout=120)
+    kubectl(
+        kubectl_binary,
+        running,
+        project,
+        "patch",
+        "pipeline",
+        "long",
+        "--type=merge",
+        "-p",
+        '{"spec": {"state": "Suspended"}}',
+    )
+    suspended = wait_job(running, project, "long-a", "Suspended", timeout=120)
+    assert suspended["spec"]["state"] == "Suspended"
+    shown = wait_pipeline(running, project, "long", "Suspended")
+    assert next(c for c in shown["status"]["conditions"] if c["type"] == "Suspended")["status"] == "True"
+
+    patch_state(running, project, "long", "Running")
+    resumed = wait_job(running, project, "long-a", "Running", "Queued", "Provisioning", "Pending", timeout=120)
+    assert resumed["spec"]["state"] == "Running"
+
+    patch_state(running, project, "long", "Cancelled")
+    wait_job(running, project, "long-a", "Cancelled", timeout=120)
+    cancelled = wait_pipeline(running, project, "long", "Cancelled")
+    assert cancelled["status"]["completionTime"]
+    assert get(running, project, "jobs", "long-b") is None

@@ -12,8 +12,9 @@ Where things land (host side -> inside the sandbox):
   user only); ``secretKeyRef`` env values are decoded as UTF-8 into the program's environment.
 * Connection ``NAME`` of ``spec.connections`` -> ``/nodus/connections/NAME/`` (read-only) and
   ``NODUS_CONNECTION_<NAME>_*`` variables (:func:`_expose`).
-* input ``NAME`` -> ``/nodus/inputs/NAME``: a file, or a directory for an archived output or a
-  Volume revision (``inputs`` is read-only inside).
+* input ``NAME`` -> ``/nodus/inputs/NAME``: a file, or a directory for an archived output, a
+  Volume revision or the pinned subdirectory of a Workspace revision (``nodus.agent.workspaceinputs``;
+  ``inputs`` is read-only inside).
 * Volume mount ``i`` -> its ``mountPath``: unpacked from the pinned revision (read-only), or from the
   latest (writable; packed into a new revision when the attempt succeeds, see ``collecting``).
 * source -> its path (default the working directory).
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nodus.agent import archives, fetching, hostfiles, source, unpacking
+from nodus.agent import archives, fetching, hostfiles, source, unpacking, workspaceinputs
 from nodus.agent.layout import SANDBOX_NODUS_DIR, AttemptLayout
 from nodus.agent.runtime import Mount
 from nodus.apimachinery import destinations
@@ -249,7 +250,10 @@ async def _input(
     target = layout.inputs / name
     expected = item.sha256
     try:
-        if item.url:
+        if item.workspace is not None:
+            await workspaceinputs.materialize(client, namespace, item, target, unpacker)
+            digest = str(expected or "")
+        elif item.url:
             digest = await fetching.download(item.url, target, expected, policy=reach, ca_file=trust_ca)
         elif item.bucket:
             digest = await _bucket(item.bucket, target, expected, connections, secrets, reach)
@@ -262,6 +266,8 @@ async def _input(
         raise PrepareFailed("InputDigestMismatch", f"Input {name}: {exc}") from None
     except fetching.FetchError as exc:
         raise PrepareFailed("InputFetchFailed", f"Input {name}: {exc}") from None
+    except workspaceinputs.WorkspaceUnavailable as exc:
+        raise PrepareFailed(exc.reason, str(exc)) from None
     return {"name": name, "sha256": digest} if digest else {"name": name}
 
 

@@ -180,3 +180,64 @@ def test_a_connection_pins_its_secret_too() -> None:
     assert pins.attempt()["connections"] == [
         {"name": "warehouse", "type": "Postgres", "secret": {"name": "pg", "key": "dsn"}}
     ]
+
+
+def workspace(name: str, revisions: int) -> Object:
+    return {
+        "metadata": {"name": name, "uid": f"w-{name}"},
+        "status": {
+            "latestRevision": revisions,
+            "revisions": [
+                {
+                    "revision": r,
+                    "digest": f"sha256:{r:064x}",
+                    "mediaType": "application/vnd.nodus.checkpoint.manifest+json",
+                    "size": 10,
+                    "createdTime": "2026-11-29T12:00:00Z",
+                    "source": "Push",
+                }
+                for r in range(1, revisions + 1)
+            ],
+        },
+    }
+
+
+HOME_INPUT = {"inputs": [{"name": "code", "fromWorkspace": {"name": "home", "path": "src/pkg"}}]}
+
+
+def test_a_workspace_input_pins_the_latest_revision_and_its_subdirectory() -> None:
+    pins = pinning.pin(HOME_INPUT, lookup_of(("workspaces", workspace("home", 3))))
+    assert isinstance(pins, pinning.Pins)
+    assert pins.attempt()["inputs"] == [
+        {
+            "name": "code",
+            "blob": f"sha256:{3:064x}",
+            "sha256": f"{3:064x}",
+            "workspace": {"name": "home", "revision": 3, "path": "src/pkg"},
+        }
+    ]
+    assert pins.status()["inputs"] == [{"name": "code", "sha256": f"{3:064x}", "workspaceRevision": 3}]
+
+
+def test_a_replacement_mounts_the_pinned_workspace_revision_after_later_pushes() -> None:
+    pinned = {"inputs": [{"name": "code", "sha256": f"{2:064x}", "workspaceRevision": 2}]}
+    for later in (workspace("home", 5), None):  # pushed again since, or even deleted
+        objects = [("workspaces", later)] if later is not None else []
+        pins = pinning.pin(HOME_INPUT, lookup_of(*objects), pinned)
+        assert isinstance(pins, pinning.Pins)
+        (item,) = pins.attempt()["inputs"]
+        assert (item["blob"], item["workspace"]["revision"]) == (f"sha256:{2:064x}", 2)
+
+
+@pytest.mark.parametrize(
+    ("objects", "reason"),
+    [
+        pytest.param([], "WorkspaceNotFound", id="missing"),
+        pytest.param([("workspaces", workspace("home", 0))], "WorkspaceEmpty", id="empty"),
+    ],
+)
+def test_a_workspace_input_waits_for_its_workspace(objects: list[tuple[str, Object]], reason: str) -> None:
+    blocked = pinning.pin(HOME_INPUT, lookup_of(*objects))
+    assert isinstance(blocked, pinning.Blocked)
+    assert (blocked.reason, blocked.final) == (reason, False)
+    assert "nodus workspaces push home DIR" in blocked.message

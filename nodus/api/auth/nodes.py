@@ -15,7 +15,8 @@ A node may:
   nodus.dev/gang-epoch=E`` in that project: its peers' mesh endpoints);
 * get its Attempts, write their status and append their logs;
 * read the Secret versions its active Attempts pin (by name, uid and version), the blobs they pin
-  (inputs, Volume revisions, source, the checkpoint to restore and the chunks its manifest names),
+  (inputs, Volume revisions, source, the checkpoint to restore and the chunks its manifest names, a
+  Workspace revision and the chunks its manifest names),
   ask whether a blob exists and upload blobs in a project where it runs an active Attempt (outputs,
   checkpoints), and add a revision to a Volume an active Attempt mounts writable.
 
@@ -215,6 +216,8 @@ def _pinned_blobs(active: list[Object]) -> tuple[set[str], set[str]]:
     for attempt in active:
         spec = _spec(attempt)
         blobs.update(str(i["blob"]) for i in spec.get("inputs") or [] if i.get("blob"))
+        # A Workspace revision pushed from a directory is a manifest: the node reads the chunks it names too.
+        manifests.update(str(i["blob"]) for i in spec.get("inputs") or [] if i.get("blob") and i.get("workspace"))
         blobs.update(str(v["blob"]) for v in spec.get("volumes") or [] if v.get("blob"))
         if (spec.get("source") or {}).get("blob"):
             blobs.add(str(spec["source"]["blob"]))

@@ -73,6 +73,14 @@ class BucketObject(WireModel):
     uri: str = Field(min_length=1, description="URI is s3://bucket/key.")
 
 
+class PinnedWorkspace(WireModel):
+    """PinnedWorkspace is the Workspace revision a fromWorkspace input mounts, and the subdirectory of it."""
+
+    name: str = Field(min_length=1, description="Name is the Workspace.")
+    path: str | None = Field(None, description="Path is the subdirectory mounted (none: the whole home).")
+    revision: int = Field(ge=1, description="Revision is the pinned revision.")
+
+
 class PinnedInput(WireModel):
     """PinnedInput is one input as the agent fetches it: exactly one of url, bucket and blob."""
 
@@ -81,6 +89,9 @@ class PinnedInput(WireModel):
     name: str = Field(min_length=1, description="Name is the input, materialised at /nodus/inputs/<name>.")
     sha256: str | None = Field(None, description="SHA256 is the digest the content must have, when pinned.")
     url: str | None = Field(None, description="URL is an https:// file.")
+    workspace: PinnedWorkspace | None = Field(
+        None, description="Workspace says the blob is a Workspace revision, of which one subdirectory is mounted."
+    )
 
 
 class PinnedVolume(WireModel):

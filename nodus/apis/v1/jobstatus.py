@@ -122,6 +122,9 @@ class InputStatus(WireModel):
     name: str | None = Field(None, description="Name is the input.")
     sha256: Sha256Hex | None = Field(None, description="SHA256 is the verified digest.")
     volume_revision: int | None = Field(None, ge=1, description="VolumeRevision is the pinned Volume revision.")
+    workspace_revision: int | None = Field(
+        None, ge=1, description="WorkspaceRevision is the pinned Workspace revision (fromWorkspace)."
+    )
 
 
 class Link(WireModel):

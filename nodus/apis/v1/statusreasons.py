@@ -230,6 +230,18 @@ _add(
     "A read-only mount or a volume input needs a revision to pin. " + _WAITS,
 )
 _add(
+    "WorkspaceNotFound",
+    "A Workspace the Job reads (inputs[].fromWorkspace) does not exist yet.",
+    "Create the Workspace named in the message and push a revision (nodus workspaces push NAME DIR).",
+    "A fromWorkspace input pins the Workspace's latest revision at admission. " + _WAITS,
+)
+_add(
+    "WorkspaceEmpty",
+    "A Workspace the Job reads has no revision yet.",
+    "Push a revision (nodus workspaces push NAME DIR, or --from-output JOB/OUTPUT).",
+    "A fromWorkspace input needs a revision to pin. " + _WAITS,
+)
+_add(
     "VolumeRevisionNotFound",
     "A Volume has no revision the Job pins.",
     "Pin an existing revision (its status.revisions lists them) or leave revision unset for the latest.",

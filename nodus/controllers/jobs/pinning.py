@@ -13,6 +13,10 @@ included, sees the same data:
   the pin no longer matches it and the agent refuses it rather than reading the new values.
 * Volumes (inputs and read-only mounts): the revision, given or the latest, with its blob digest.
   A writable mount starts from the latest revision (or empty) and writes a new one on success.
+* Workspaces (``fromWorkspace`` inputs): the latest revision, with its blob digest, recorded in
+  ``status.inputs`` (``workspaceRevision``); a replacement mounts that revision from the recorded digest,
+  however often the Workspace was pushed since. A Workspace that is missing or has no revision makes the
+  Job wait.
 * Outputs of other Jobs: the committed output's SHA-256. A producer still running makes the Job
   wait (a pipeline can be created all at once); a producer that ended without it fails the Job.
 * Connections (bucket inputs, output sinks, ``spec.connections``): their spec, with its Secret pinned;
@@ -38,9 +42,9 @@ from typing import Any
 
 from nodus.apis.v1 import objects, phases
 from nodus.apis.v1.connection import DEFAULT_DSN_KEY, POSTGRES_TYPES, ConnectionSpec
-from nodus.apis.v1.jobdata import OutputInput
+from nodus.apis.v1.jobdata import OutputInput, WorkspaceInput
 from nodus.apis.v1.jobspec import JobSpec
-from nodus.apis.v1.jobstatus import JobStatus
+from nodus.apis.v1.jobstatus import InputStatus, JobStatus
 from nodus.apis.v1.volume import VolumeRevision
 from nodus.controllers.jobs import views
 
@@ -294,6 +298,42 @@ def _pin_inputs(spec: JobSpec, lookup: Lookup, pins: Pins) -> Blocked | None:
             blocked = _pin_output(name, item.output, where, lookup, pins)
             if blocked is not None:
                 return blocked
+        elif item.from_workspace is not None:
+            blocked = _pin_workspace(name, item.from_workspace, where, known, lookup, pins)
+            if blocked is not None:
+                return blocked
+    return None
+
+
+def _pin_workspace(
+    name: str, ref: WorkspaceInput, where: str, known: InputStatus | None, lookup: Lookup, pins: Pins
+) -> Blocked | None:
+    """The latest revision of the Workspace, or the one pinned already (by its recorded digest, which the
+    Job's status keeps stored even once the Workspace no longer lists it)."""
+    if known is not None and known.sha256 and known.workspace_revision:
+        digest, number = known.sha256, known.workspace_revision
+    else:
+        stored = lookup("workspaces", ref.name)
+        if stored is None:
+            return Blocked(
+                "WorkspaceNotFound",
+                f'Workspace "{ref.name}" ({where}.fromWorkspace) does not exist yet; the Job waits for it '
+                f"(create it, then nodus workspaces push {ref.name} DIR).",
+            )
+        status = objects.read(objects.Workspace, stored).status
+        latest = status.revisions[-1] if status.revisions else None
+        if latest is None:
+            return Blocked(
+                "WorkspaceEmpty",
+                f'Workspace "{ref.name}" ({where}.fromWorkspace) has no revision yet; push one '
+                f"(nodus workspaces push {ref.name} DIR) and the Job starts.",
+            )
+        digest, number = latest.digest.removeprefix("sha256:"), latest.revision
+    workspace: Object = {"name": ref.name, "revision": number}
+    if ref.path:
+        workspace["path"] = ref.path
+    pins.inputs.append({"name": name, "blob": f"sha256:{digest}", "sha256": digest, "workspace": workspace})
+    pins.input_status.append({"name": name, "sha256": digest, "workspaceRevision": number})
     return None
 
 

@@ -18,6 +18,10 @@ MANIFEST = "sha256:" + "a" * 64
 CHUNK = "sha256:" + "c" * 64
 INPUT = "sha256:" + "1" * 64
 OTHER = "sha256:" + "f" * 64
+HOME = "sha256:" + "b" * 64  # a Workspace revision's manifest a running attempt mounts
+HOME_CHUNK = "sha256:" + "d" * 64
+OLD_HOME = "sha256:" + "e" * 64  # one an ended attempt mounted
+OLD_HOME_CHUNK = "sha256:" + "9" * 64
 
 
 def attempt(name: str, node: str = NODE, phase: str = "Running", namespace: str = "p", **spec: Any) -> dict[str, Any]:
@@ -38,6 +42,10 @@ GRAPH = [
         restore={"manifest": MANIFEST, "seq": 3},
     ),
     attempt("j-1-1", phase="Succeeded", secrets=[{"name": "old", "uid": "u9", "version": 1}]),
+    attempt("w-0-1", inputs=[{"name": "code", "blob": HOME, "workspace": {"name": "home", "revision": 2}}]),
+    attempt(
+        "w-0-0", phase="Failed", inputs=[{"name": "c", "blob": OLD_HOME, "workspace": {"name": "h", "revision": 1}}]
+    ),
     attempt("x-0-1", namespace="q"),
 ]
 
@@ -47,7 +55,8 @@ class Graph:
         return [a for a in GRAPH if a["metadata"]["labels"]["nodus.dev/node"] == node]
 
     async def manifest_chunks(self, namespace: str, digest: str) -> frozenset[str]:
-        return frozenset({CHUNK}) if digest == MANIFEST else frozenset()
+        chunks = {MANIFEST: frozenset({CHUNK}), HOME: frozenset({HOME_CHUNK}), OLD_HOME: frozenset({OLD_HOME_CHUNK})}
+        return chunks.get(digest, frozenset())
 
 
 PRINCIPAL = Principal(user=f"system:node:{NODE}", groups=(NODES_GROUP,))
@@ -78,6 +87,8 @@ ALLOWED = [
     pytest.param(request("get", "blobs", "p", params={"digest": INPUT, "method": "GET"}), id="pinned-input-blob"),
     pytest.param(request("get", "blobs", "p", params={"digest": MANIFEST, "method": "GET"}), id="restore-manifest"),
     pytest.param(request("get", "blobs", "p", params={"digest": CHUNK, "method": "GET"}), id="restore-chunk"),
+    pytest.param(request("get", "blobs", "p", params={"digest": HOME, "method": "GET"}), id="workspace-manifest"),
+    pytest.param(request("get", "blobs", "p", params={"digest": HOME_CHUNK, "method": "GET"}), id="workspace-chunk"),
     pytest.param(request("get", "blobs", "p", params={"digest": OTHER, "method": "HEAD"}), id="existence-check"),
     pytest.param(request("create", "blobs", "p"), id="upload-where-active"),
     pytest.param(request("create", "volumes", "p", "cache", "revisions"), id="writable-volume-revision"),
@@ -113,6 +124,9 @@ REFUSED = [
         request("get", "secrets", "q", "api", "values", params={"uid": "u1", "version": "2"}), id="other-project"
     ),
     pytest.param(request("get", "blobs", "p", params={"digest": OTHER, "method": "GET"}), id="unpinned-blob"),
+    pytest.param(
+        request("get", "blobs", "p", params={"digest": OLD_HOME_CHUNK, "method": "GET"}), id="ended-workspace-chunk"
+    ),
     pytest.param(request("get", "blobs", "r", params={"digest": OTHER, "method": "HEAD"}), id="existence-elsewhere"),
     pytest.param(request("create", "blobs", "r"), id="upload-elsewhere"),
     pytest.param(request("create", "volumes", "p", "ro", "revisions"), id="read-only-volume-revision"),

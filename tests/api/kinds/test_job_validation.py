@@ -373,9 +373,14 @@ INVALID_JOBS = [
         id="input-from-stage",
     ),
     pytest.param(
-        lambda b: b.inputs({"name": "home", "fromWorkspace": {"name": "alice"}}),
-        [(FORBIDDEN, "spec.inputs[0].fromWorkspace")],
-        id="input-from-workspace",
+        lambda b: b.inputs({"name": "home", "fromWorkspace": {"name": "alice", "path": "data/../../etc"}}),
+        [(INVALID, "spec.inputs[0].fromWorkspace.path")],
+        id="input-from-workspace-escapes",
+    ),
+    pytest.param(
+        lambda b: b.inputs({"name": "home", "fromWorkspace": {"name": "alice", "path": "/etc"}}),
+        [(INVALID, "spec.inputs[0].fromWorkspace.path")],
+        id="input-from-workspace-absolute",
     ),
     pytest.param(
         lambda b: b.inputs(volume_input("raw"), volume_input("raw")),
@@ -576,6 +581,13 @@ VALID_JOBS = [
         ),
         id="inputs-each-source",
     ),
+    pytest.param(
+        lambda b: b.inputs(
+            {"name": "home", "fromWorkspace": {"name": "alice"}},
+            {"name": "code", "fromWorkspace": {"name": "alice", "path": "src/pkg"}},
+        ),
+        id="inputs-from-workspace",
+    ),
     pytest.param(lambda b: b.outputs(*(output(f"o{i}") for i in range(32))), id="outputs-32"),
     pytest.param(lambda b: b.outputs(output("model.v1_final-2")), id="output-name-charset"),
     pytest.param(
@@ -691,7 +703,11 @@ def test_unsplittable_total_names_the_nearest_valid_values(mutate: Mutation, sug
             "created by a Pipeline",
             id="stage",
         ),
-        pytest.param(lambda b: b.inputs({"name": "h", "fromWorkspace": {"name": "w"}}), "Workspace", id="workspace"),
+        pytest.param(
+            lambda b: b.inputs({"name": "h", "fromWorkspace": {"name": "w", "path": "../up"}}),
+            "must be a relative path inside the home, without ..",
+            id="workspace",
+        ),
         pytest.param(lambda b: b.volumes(mount("/nodus/x")), "belong to Nodus", id="nodus-path"),
         pytest.param(lambda b: b.outputs(output("outputs")), "/nodus/outputs", id="outputs-name"),
         pytest.param(lambda b: b.completions(2).parallelism(3), "lower parallelism to 2", id="parallelism"),

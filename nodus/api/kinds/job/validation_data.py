@@ -1,8 +1,8 @@
 """Cross-field rules of what a Job reads and writes: inputs, declared outputs and Volume mounts.
 
 * An input has exactly one source among six (ADR 0046 §6). ``fromStage`` is refused: it is valid
-  only on Jobs a Pipeline creates, and nothing creates those yet. ``fromWorkspace`` is refused until
-  the Workspace kind exists. Input names are unique.
+  only on Jobs a Pipeline creates, and nothing creates those yet. ``fromWorkspace`` (a Workspace and a
+  relative ``path`` without ``..``, checked by the model) is pinned at admission. Input names are unique.
 * Output names are unique, may not be ``outputs`` (the implicit output, ADR 0046 §17), ``.`` or ``..``
   (they become file and directory names when downloaded) and may not start with the reserved ``nodus.``
   prefix.
@@ -43,13 +43,6 @@ def input_rules(spec: JSONObject, path: Path) -> list[FieldError]:
                     item_path.child("fromStage"),
                     "is valid only on Jobs created by a Pipeline, which passes one stage's output to the next; "
                     "name the producing Job with output (job and name) instead",
-                )
-            )
-        if is_set(item, "fromWorkspace"):
-            errors.append(
-                fieldpath.forbidden(
-                    item_path.child("fromWorkspace"),
-                    "Workspace inputs are not available yet; copy the files to a Volume and use volume instead",
                 )
             )
     return errors

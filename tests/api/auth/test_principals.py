@@ -69,7 +69,10 @@ CONTROLLER = Principal("nodus-controllers", groups=("system:nodus:controllers",)
         ("patch", "projects", "status", True),
         ("create", "volumes", "", False),
         ("update", "budgets", "", False),
-        ("create", "jobs", "", False),
+        # The Pipeline controller creates stage Jobs and writes Pipelines' status, never their spec (ADR 0052).
+        ("create", "jobs", "", True),
+        ("patch", "pipelines", "status", True),
+        ("update", "pipelines", "", False),
     ],
 )
 def test_the_controllers_table(verb: str, resource: str, sub: str, allowed: bool) -> None:

@@ -108,7 +108,8 @@ def _rank_files(workspace: Workspace, _: str) -> None:
 
 
 def _summary(workspace: Workspace, _: str) -> None:
-    assert "/nodus/inputs/model/weights/model.txt" in (workspace.directory / "summary.txt").read_text()
+    summary = (workspace.directory / "summary.txt").read_text()
+    assert "/nodus/inputs/model/weights/model.txt" in summary and "/nodus/inputs/table/table.csv" in summary
 
 
 def _no_guess(workspace: Workspace, out: str) -> None:
@@ -142,8 +143,12 @@ STEPS: dict[str, Step] = {
     """kubectl patch job long --type merge -p '{"spec":{"state":"Cancelled"}}'""": Step(then=_cancelled),
     "kubectl delete job long": _gone("job", "long"),
     # README, outputs, inputs and Secrets
-    "kubectl get job train -o jsonpath='{.status.progress}'": _contains(r'"completed":5'),
-    ".venv/bin/nodus outputs get report summary": Step(then=_summary),
+    "kubectl get pipelines": _contains(r"^ml\s+3/3\s+Succeeded\s+\$"),
+    "kubectl get jobs -l nodus.dev/pipeline=ml": _contains(
+        *(rf"^ml-{s}\s+Succeeded\s" for s in ("data", "train", "report"))
+    ),
+    "kubectl get job ml-train -o jsonpath='{.status.progress}'": _contains(r'"completed":5'),
+    ".venv/bin/nodus outputs get ml-report summary": Step(then=_summary),
     "kubectl get secrets.nodus.dev api -o yaml": _contains(r"^  - token$"),
     # README, a gang
     "kubectl get job gang -o jsonpath='{.status.gang}'": _contains(r'"phase":"Done"'),

@@ -239,3 +239,26 @@ def test_suspend_and_cancel_cascade_to_the_running_stage(running: Running, kubec
     cancelled = wait_pipeline(running, project, "long", "Cancelled")
     assert cancelled["status"]["completionTime"]
     assert get(running, project, "jobs", "long-b") is None
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "pipeline.yaml"
+
+
+def test_the_documented_example_pipeline_runs(running: Running, kubectl_binary: Path) -> None:
+    """docs/examples/pipeline.yaml as written (its image served by this session's registry)."""
+    project = running.project()
+    text = EXAMPLE.read_text().replace("localhost:5000/nodus/python:3.11", registry_python_image())
+    kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=text)
+    done = wait_pipeline(running, project, "ml", "Succeeded", "Failed", timeout=180)
+    assert done["status"]["phase"] == "Succeeded", (done["status"], running.logs())
+    assert "the token arrived" in job_log(running, project, "ml-train")
+    train = get(running, project, "jobs", "ml-train")
+    assert train is not None and train["metadata"]["labels"]["team"] == "research"
+    assert train["spec"]["maxCostUSD"]  # under the Pipeline's cap
+    with running.client() as client:
+        response = client.get(f"{API}/namespaces/{project}/jobs/ml-report/outputs/summary", params={"index": 0})
+        assert response.status_code == 200, response.text
+    assert b"/nodus/inputs/model/weights/model.txt" in response.content
+    assert b"/nodus/inputs/table/table.csv" in response.content
+    table = kubectl(kubectl_binary, running, project, "get", "jobs", "-l", "nodus.dev/pipeline=ml", "-o", "name")
+    assert sorted(table.split()) == ["job.nodus.dev/ml-data", "job.nodus.dev/ml-report", "job.nodus.dev/ml-train"]

@@ -7,8 +7,9 @@ create, the stage Jobs whose ``spec.state`` to set, and the status to show. It n
 The rules, level-triggered (every call decides from what is true now):
 
 * A stage's phase is its Job's (Pending, Queued, Provisioning, Recovering and Running read as
-  Running; Suspending as Suspended). A stage without a Job is Waiting, or Skipped when a stage it
-  waits for Failed, was Cancelled or was Skipped.
+  Running; Suspending as Suspended). A stage without a Job is what the status last showed if that was
+  finished (its Job was deleted after it finished: it is not run again), otherwise Waiting, or
+  Skipped when a stage it waits for Failed, was Cancelled or was Skipped.
 * ``spec.state: Cancelled``: every unfinished stage Job is set Cancelled; nothing new starts.
 * A stage Failed or Cancelled (not by the Pipeline) without ``continueOnFailure``: the Pipeline is
   Failed and every unfinished stage Job is set Cancelled. With ``continueOnFailure`` only the stages
@@ -44,6 +45,7 @@ _STAGE_PHASE: dict[str, StagePhase] = {
     "Suspending": "Suspended",
 }
 _STOPPED: frozenset[StagePhase] = frozenset({"Failed", "Cancelled", "Skipped"})
+_FINISHED: frozenset[StagePhase] = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 @dataclass
@@ -62,10 +64,16 @@ def plan(pipeline: objects.Pipeline, jobs: Mapping[str, objects.Job], now: datet
     spec, name = pipeline.spec, pipeline.metadata.name
     edges = stagegraph.graph(spec.stages)
     by_name = {stage.name: stage for stage in spec.stages}
-    phase_of: dict[str, StagePhase] = {}
+    # A finished stage stays finished when its Job goes (ttlSecondsAfterFinished, a delete by hand): it is not run
+    # again, and the stages after it still read its output by digest if they were created already.
+    phase_of: dict[str, StagePhase] = {
+        s.name: s.phase for s in pipeline.status.stages or () if s.name not in jobs and s.phase in _FINISHED
+    }
     for stage in spec.stages:  # validation keeps the graph acyclic, and stages are in any order: resolve lazily
         _stage_phase(stage.name, edges, jobs, phase_of)
+    kept = [s for s in pipeline.status.stages or () if s.name not in jobs and s.phase in _FINISHED]
     spent = sum((_cost(job) for job in jobs.values()), Decimal(0))
+    spent += sum((Decimal(s.cost_usd) for s in kept if s.cost_usd is not None), Decimal(0))
     out = Plan()
     # The stage that failed first in spec order names the failure, not the ones the Pipeline cancelled because of it.
     failed = sorted(
@@ -187,8 +195,12 @@ def _status(
         status["completionTime"] = old.completion_time or units.format_time(now)
     stages: list[Object] = []
     for stage in pipeline.spec.stages:
-        entry: Object = {"name": stage.name, "phase": phase_of[stage.name]}
         job = jobs.get(stage.name)
+        earlier = next((s for s in old.stages or () if s.name == stage.name), None)
+        if job is None and earlier is not None and earlier.phase in _FINISHED:
+            stages.append(earlier.to_json())  # its Job is gone; what it did is still shown
+            continue
+        entry: Object = {"name": stage.name, "phase": phase_of[stage.name]}
         if job is not None or phase_of[stage.name] == "Running":
             entry["job"] = _job(pipeline.metadata.name, stage.name)
         if job is not None:

@@ -146,3 +146,16 @@ def test_status_shows_each_stage_job_and_cost() -> None:
     first = decided.status["stages"][0]
     assert first == {"name": "a", "phase": "Succeeded", "job": "p-a", "costUSD": "0.25"}
     assert decided.status["succeeded"] == 1 and decided.status["startTime"] == "2026-12-03T11:00:00Z"
+
+
+def test_a_finished_stage_whose_job_was_deleted_is_not_run_again() -> None:
+    first = plan(pipeline(), {"a": job("a", "Succeeded", cost="0.5"), "b": job("b", "Running")}, NOW)
+    shown = objects.read(
+        objects.Pipeline,
+        {**pipeline().model_dump(by_alias=True, exclude_none=True), "status": first.status},
+    )
+    # a's Job is deleted (ttlSecondsAfterFinished): it stays Succeeded with its cost, and is not created again.
+    again = plan(shown, {"b": job("b", "Running")}, NOW)
+    assert again.create == []
+    assert again.status["stages"][0] == first.status["stages"][0]
+    assert again.status["costUSD"] == "0.5"

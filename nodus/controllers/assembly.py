@@ -160,7 +160,7 @@ class Controllers:
         referenced = {
             plural: manager.informer(plural, resync=settings.resync)
             # A Job's placement.pool must exist to admit it (the Pool is looked up, not pinned).
-            for plural in ("secrets", "volumes", "connections", "pools")
+            for plural in ("secrets", "volumes", "connections", "pools", "workspaces")
         }
         jobs.add_index(WAITING_INDEX, waiting_in)
         attempts.add_index(JOB_UID_INDEX, job_uid_of)

@@ -29,7 +29,7 @@ log = logging.getLogger("nodus.controllers.jobs")
 JOB_UID_INDEX = "job-uid"
 WAITING_INDEX = "waiting"
 # The kinds a Job's data plane names, found through their informers at admission.
-REFERENCED = ("secrets", "volumes", "connections", "jobs")
+REFERENCED = ("secrets", "volumes", "connections", "jobs", "workspaces")
 
 
 def job_uid_of(attempt: Object) -> list[str]:

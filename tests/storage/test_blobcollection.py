@@ -118,9 +118,9 @@ async def test_concurrent_uploads_never_register_past_the_quota(storage: Storage
 # --- references -------------------------------------------------------------------------------------
 
 
-async def test_references_are_the_digests_jobs_attempts_and_volumes_name(storage: Storage) -> None:
+async def test_references_are_the_digests_jobs_attempts_volumes_and_workspaces_name(storage: Storage) -> None:
     namespace = unique_namespace()
-    hexes = [os.urandom(32).hex() for _ in range(6)]
+    hexes = [os.urandom(32).hex() for _ in range(7)]
     named = job(namespace, "train")
     named["spec"]["source"] = {"blob": f"sha256:{hexes[0]}"}
     named["status"] = {"outputs": [{"name": "model", "sha256": hexes[1], "size": 10}]}
@@ -128,15 +128,17 @@ async def test_references_are_the_digests_jobs_attempts_and_volumes_name(storage
     attempt["status"] = {"checkpoint": {"manifest": f"sha256:{hexes[2]}"}}
     volume = {"kind": "Volume", "metadata": {"name": "data", "namespace": namespace, "uid": str(uuid.uuid4())}}
     volume["status"] = {"revisions": [{"revision": 1, "sha256": hexes[3]}]}
+    workspace = {"kind": "Workspace", "metadata": {"name": "home", "namespace": namespace, "uid": str(uuid.uuid4())}}
+    workspace["status"] = {"revisions": [{"revision": 1, "digest": f"sha256:{hexes[6]}"}]}
     secret = {"kind": "Secret", "metadata": {"name": "s", "namespace": namespace, "uid": str(uuid.uuid4())}}
     secret["data"] = {"x": f"sha256:{hexes[4]}"}  # not a kind that names blobs
     elsewhere = job(unique_namespace(), "other")
     elsewhere["spec"]["source"] = {"blob": f"sha256:{hexes[5]}"}
-    for body in (named, attempt, volume, secret, elsewhere):
+    for body in (named, attempt, volume, workspace, secret, elsewhere):
         meta = body["metadata"]
         await storage.create(Key(body["kind"], meta["namespace"], meta["name"]), body)
     found = await blobcollection.references(storage, namespace)
-    assert found.digests == {f"sha256:{h}" for h in hexes[:4]}
+    assert found.digests == {f"sha256:{h}" for h in [*hexes[:4], hexes[6]]}
     assert found.outputs == {f"sha256:{hexes[1]}"}
 
 

@@ -140,11 +140,6 @@ def write(manifest: Manifest, target: Path, read_chunk: Callable[[str], bytes]) 
     restoring.restore_into(manifest, {ROOT: target}, read_chunk)
 
 
-def needed(manifest: Manifest) -> list[str]:
-    """The chunks of ``manifest``, each once, in a stable order."""
-    return sorted(manifest.digests())
-
-
 def restoration(manifest: Manifest, target: Path) -> restoring.Restoration:
     """A :class:`~nodus.agent.restoring.Restoration` of ``manifest`` at ``target`` (to fill concurrently)."""
     return restoring.Restoration(manifest, {ROOT: target})

@@ -161,6 +161,11 @@ async def pull_revision(client: Client, project: str, name: str, number: int | N
                 async for piece in response.aiter_bytes():
                     digest.update(piece)
                     handle.write(piece)
+        etag = response.headers.get("etag", "").strip('"')
+        if etag and etag != "sha256:" + digest.hexdigest():
+            raise SystemExit(
+                f"nodus workspaces pull: revision {number} arrived damaged (not {etag}); nothing was written"
+            )
         if media == MANIFEST:
             await _write_manifest(client, project, download, target)
         else:

@@ -78,7 +78,7 @@ class JobEstimates:
         belong to this spec); a dry run answers its ETag in ``ctx.response_headers``."""
         namespace = str(job["metadata"]["namespace"])
         now = units.now()
-        bound = self._unseal(ctx.if_match, namespace, job) if ctx.if_match else None
+        bound = self.unseal(ctx.if_match, namespace, job) if ctx.if_match else None
         inputs = await self._inputs(job, now)
         if bound is None:
             estimate = estimating.estimate(inputs, self._place)
@@ -97,7 +97,7 @@ class JobEstimates:
             job["status"]["topology"] = resolved  # ADR 0046 §12: resolved once, at admission
         if ctx.dry_run:
             if self._keyring is not None:
-                ctx.response_headers["ETag"] = f'"{self._seal(namespace, job, estimate)}"'
+                ctx.response_headers["ETag"] = f'"{self.seal(namespace, job, estimate)}"'
             return
         for code in _REFUSALS:
             for reason in estimate.get("blockingReasons") or []:
@@ -108,6 +108,12 @@ class JobEstimates:
                         fix=reason["fix"],
                         details={"name": job["metadata"].get("name", ""), "group": "nodus.dev", "kind": "jobs"},
                     )
+
+    async def preview(self, job: Object) -> tuple[Object, Decimal]:
+        """The estimate of ``job`` (a Job as it would be created) and the project's available credit, without
+        binding or refusing anything: a Pipeline's estimate is made of its stages' (``pipelineestimates``)."""
+        inputs = await self._inputs(job, units.now())
+        return estimating.estimate(inputs, self._place), inputs.available
 
     def _place(self, inputs: estimating.Inputs, duration: Decimal) -> tuple[Binding | None, str]:
         """The scheduler's placement for the Job's shape, memoised for as long as the capacity view lives
@@ -178,14 +184,21 @@ class JobEstimates:
 
     # --- the ETag --------------------------------------------------------------------------------
 
-    def _seal(self, namespace: str, job: Object, estimate: Object) -> str:
+    @property
+    def can_seal(self) -> bool:
+        """Whether this server has the key file that seals estimate ETags."""
+        return self._keyring is not None
+
+    def seal(self, namespace: str, job: Object, estimate: Object) -> str:
+        """The ETag of ``estimate`` for ``job``'s spec in ``namespace`` (a Job's or a Pipeline's)."""
         assert self._keyring is not None
         payload = orjson.dumps({"namespace": namespace, "spec": job.get("spec") or {}, "estimate": estimate})
         sealed = self._keyring.seal(zlib.compress(payload, 9), _ASSOCIATED)
         parts = (sealed.key_id, sealed.nonce_b64, sealed.ciphertext_b64)
         return ".".join(base64.urlsafe_b64encode(p.encode()).decode().rstrip("=") for p in parts)
 
-    def _unseal(self, value: str, namespace: str, job: Object) -> Object:
+    def unseal(self, value: str, namespace: str, job: Object) -> Object:
+        """The estimate an ETag sealed for exactly ``job``'s spec in ``namespace``; a 412 Status otherwise."""
         if self._keyring is None:
             raise APIError(
                 "ServiceUnavailable",
@@ -200,7 +213,7 @@ class JobEstimates:
         except (ValueError, OpenError, zlib.error, binascii.Error, orjson.JSONDecodeError):
             raise _mismatch("If-Match is not the ETag of an estimate from this cluster") from None
         if payload.get("namespace") != namespace or payload.get("spec") != (job.get("spec") or {}):
-            raise _mismatch("If-Match is the ETag of an estimate of another Job spec or project")
+            raise _mismatch("If-Match is the ETag of an estimate of another spec or project")
         estimate = payload.get("estimate")
         if not isinstance(estimate, dict):
             raise _mismatch("If-Match is not the ETag of an estimate from this cluster")
@@ -236,7 +249,7 @@ def _mismatch(message: str) -> APIError:
     return APIError(
         "EstimateMismatch",
         message,
-        fix="Send the ETag of a dry run (?dryRun=All) of exactly this Job spec in this project, or create without "
+        fix="Send the ETag of a dry run (?dryRun=All) of exactly this spec in this project, or create without "
         "If-Match.",
     )
 

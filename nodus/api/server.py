@@ -24,6 +24,7 @@ from nodus.api.listwatch import ListWatch
 from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
+from nodus.api.pipelineestimates import PipelineEstimates
 from nodus.api.pools import PoolHosts
 from nodus.api.projectdeletion import ProjectDeletion
 from nodus.api.registry import Registry
@@ -67,7 +68,12 @@ class APIServer:
             self.storage, self.price_book.version, settings.funded_window, self.secret_keys, fee
         )
         self.registry = registry or catalog.registry(
-            catalog.Dependencies(keyring=self.secret_keys, destinations=destinations, job_admission=job_estimates.admit)
+            catalog.Dependencies(
+                keyring=self.secret_keys,
+                destinations=destinations,
+                job_admission=job_estimates.admit,
+                pipeline_admission=PipelineEstimates(job_estimates).admit,
+            )
         )
         self.stores = {info.plural: GenericStore(self.storage, info) for info in self.registry}
         # The services the HTTP routes call: every read and write of theirs goes through one of these or a store.

@@ -348,6 +348,21 @@ def _total(per_allocation: _Band, count: int) -> _Band:
     return _Band(p50, (p50 + Z90 * Decimal(count).sqrt() * deviation).quantize(MICRO))
 
 
+def sum_of_bands(bands: Sequence[tuple[Decimal, Decimal]]) -> tuple[Decimal, Decimal]:
+    """The P50/P90 of the sum of independent costs, each given as its (P50, P90): each is taken as log-normal,
+    as :func:`_total` takes one allocation, and the sum as about normal (P50 the sum of the means, P90 that
+    plus 1.2816 x the square root of the summed variances). A Pipeline's estimate sums its stages with it."""
+    if len(bands) == 1:
+        return bands[0]
+    means, variance = _Z, _Z
+    for p50, p90 in bands:
+        mean, deviation = _lognormal_moments(_Band(p50, p90))
+        means += mean
+        variance += deviation * deviation
+    p50_sum = means.quantize(MICRO)
+    return p50_sum, (p50_sum + Z90 * variance.sqrt()).quantize(MICRO)
+
+
 def _lognormal_moments(band: _Band) -> tuple[Decimal, Decimal]:
     """Mean and standard deviation of the log-normal whose median and 90th percentile are ``band``'s."""
     if band.p50 <= 0 or band.p90 <= band.p50:

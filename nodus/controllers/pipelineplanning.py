@@ -187,6 +187,8 @@ def _status(
         "succeeded": sum(1 for p in phase_of.values() if p == "Succeeded"),
         "conditions": [c.to_json() for c in old.conditions or ()],
     }
+    if old.estimate is not None:
+        status["estimate"] = old.estimate.to_json()  # the server's, made at create
     starts = [job.metadata.creation_timestamp for job in jobs.values() if job.metadata.creation_timestamp]
     start = old.start_time or (min(starts) if starts else None)
     if start is not None:

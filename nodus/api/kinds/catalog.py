@@ -41,6 +41,8 @@ class Dependencies:
     """What the agent may connect to (strict by default: no loopback)."""
     job_admission: Admission | None = None
     """The Job's estimate and funding checks on create."""
+    pipeline_admission: Admission | None = None
+    """The Pipeline's estimate of its whole graph on create (ADR 0052)."""
 
 
 def registry(dependencies: Dependencies | None = None) -> Registry:
@@ -58,6 +60,8 @@ def registry(dependencies: Dependencies | None = None) -> Registry:
     kinds.register(BUDGET)
     kinds.register(BOOTSTRAP_TOKEN)
     kinds.register(POOL)
-    kinds.register(dataclasses.replace(PIPELINE, strategy=PipelineStrategy(deps.destinations)))
+    kinds.register(
+        dataclasses.replace(PIPELINE, strategy=PipelineStrategy(deps.destinations), admission=deps.pipeline_admission)
+    )
     kinds.register(WORKSPACE)
     return kinds

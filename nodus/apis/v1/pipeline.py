@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from nodus.apis.v1.base import WireModel, list_map
+from nodus.apis.v1.jobcost import BlockingReason, EstimateWarning, PlacementPreview, USDBand
 from nodus.apis.v1.jobspec import JobSpec
 from nodus.apis.v1.scalars import PositiveUsd, Time, Usd
 
@@ -118,6 +119,48 @@ class PipelineCondition(WireModel):
     type: str = Field(min_length=1, description="Type is the CamelCase condition type, such as Complete.")
 
 
+class StageEstimate(WireModel):
+    """StageEstimate is one stage Job's estimate, as that Job's status.estimate would show it."""
+
+    concurrent_hold_usd: Usd | None = Field(
+        None, alias="concurrentHoldUSD", description="ConcurrentHoldUSD is what the stage holds for its slots at once."
+    )
+    cost_usd: USDBand | None = Field(None, alias="costUSD", description="USDBand is the stage's P50/P90 cost.")
+    hold_usd: Usd | None = Field(None, alias="holdUSD", description="HoldUSD is the stage Job's first hold.")
+    name: str = Field(min_length=1, description="Name is the stage.")
+    placement_preview: PlacementPreview | None = Field(
+        None, description="PlacementPreview is where the stage's Job would be placed now."
+    )
+    rate_usd_per_hour: Usd | None = Field(
+        None, alias="rateUSDPerHour", description="RateUSDPerHour is the hourly rate of the chosen capacity."
+    )
+
+
+class PipelineEstimate(WireModel):
+    """PipelineEstimate is the estimate of the whole graph, returned in status.estimate by a dry run
+    (?dryRun=All) and on create; the ETag of the dry-run response binds a later create to it."""
+
+    blocking_reasons: list[BlockingReason] | None = Field(
+        None, description="BlockingReasons are the stages' reasons a stage Job would be refused, each naming its stage."
+    )
+    cost_usd: USDBand | None = Field(
+        None, alias="costUSD", description="USDBand is the P50/P90 of the sum of the stages' costs."
+    )
+    largest_concurrent_hold_usd: Usd | None = Field(
+        None,
+        alias="largestConcurrentHoldUSD",
+        description="LargestConcurrentHoldUSD bounds what the stages that may run at the same time hold together.",
+    )
+    pricebook_version: str | None = Field(None, description="PricebookVersion is the price book the estimate used.")
+    stages: list[StageEstimate] | None = Field(
+        None, description="Stages are the stage Jobs' estimates, in spec order.", json_schema_extra=list_map("name")
+    )
+    valid_until: Time | None = Field(None, description="ValidUntil is when the earliest stage estimate expires.")
+    warnings: list[EstimateWarning] | None = Field(
+        None, description="Warnings are non-blocking notes: the graph's and each stage's, naming the stage."
+    )
+
+
 class PipelineStatus(WireModel):
     """PipelineStatus is the Pipeline controller's observation of the stages' Jobs."""
 
@@ -129,6 +172,9 @@ class PipelineStatus(WireModel):
     )
     cost_usd: Usd | None = Field(
         None, alias="costUSD", description="CostUSD is the sum of the stage Jobs' charges so far."
+    )
+    estimate: PipelineEstimate | None = Field(
+        None, description="PipelineEstimate is the estimate of the whole graph, made at create (or a dry run)."
     )
     message: str | None = Field(None, description="Message explains the phase.")
     observed_generation: int | None = Field(

@@ -83,6 +83,23 @@ def downstream(edges: Graph, stage: str) -> set[str]:
     return out
 
 
+def upstream_closure(edges: Graph, stage: str) -> set[str]:
+    """Every stage ``stage`` waits for, directly or not (``stage`` excluded)."""
+    out: set[str] = set()
+    frontier = list(edges.get(stage, ()))
+    while frontier:
+        current = frontier.pop()
+        if current not in out and current in edges:
+            out.add(current)
+            frontier.extend(edges[current])
+    return out
+
+
+def concurrent_with(edges: Graph, stage: str) -> set[str]:
+    """The stages that may run at the same time as ``stage``: neither upstream nor downstream of it."""
+    return set(edges) - {stage} - upstream_closure(edges, stage) - downstream(edges, stage)
+
+
 def stage_job_spec(pipeline: str, template_spec: Mapping[str, Any]) -> dict[str, Any]:
     """The stage Job's spec: the template's (a deep copy), each ``fromStage`` rewritten to the producing Job's
     output (see the module docstring)."""

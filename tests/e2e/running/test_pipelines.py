@@ -262,3 +262,53 @@ def test_the_documented_example_pipeline_runs(running: Running, kubectl_binary: 
     assert b"/nodus/inputs/table/table.csv" in response.content
     table = kubectl(kubectl_binary, running, project, "get", "jobs", "-l", "nodus.dev/pipeline=ml", "-o", "name")
     assert sorted(table.split()) == ["job.nodus.dev/ml-data", "job.nodus.dev/ml-report", "job.nodus.dev/ml-train"]
+
+
+def test_a_dry_run_estimates_the_whole_graph_and_binds_a_create(running: Running) -> None:
+    project = running.project(credit="2")
+    body = manifest(
+        "priced",
+        stage("a", "true", spec={"expectedDuration": "30s"}),
+        stage("b", "true", spec={"expectedDuration": "30s"}),
+        stage("c", "true", dependsOn=["a", "b"], spec={"expectedDuration": "30s"}),
+        maxCostUSD="1",
+    )
+    path = f"{API}/namespaces/{project}/pipelines"
+    with running.client() as client:
+        dry = client.post(path, params={"dryRun": "All"}, json=body)
+        assert dry.status_code == 201, dry.text
+        estimate = dry.json()["status"]["estimate"]
+        etag = dry.headers["ETag"]
+        assert get(running, project, "pipelines", "priced") is None  # nothing stored by a dry run
+        stages = {s["name"]: s for s in estimate["stages"]}
+        assert set(stages) == {"a", "b", "c"}
+        # The sum of three stages' costs, and a and b holding together at most (c runs alone after them).
+        assert float(estimate["costUSD"]["p50"]) > float(stages["a"]["costUSD"]["p50"])
+        holds = {n: float(s["concurrentHoldUSD"]) for n, s in stages.items()}
+        assert float(estimate["largestConcurrentHoldUSD"]) == pytest.approx(max(holds["a"] + holds["b"], holds["c"]))
+        # A create of another spec with that ETag is refused; the same spec is bound to the estimate.
+        other = {**body, "spec": {**body["spec"], "maxCostUSD": "2"}}
+        mismatch = client.post(path, json=other, headers={"If-Match": etag})
+        assert mismatch.status_code == 412 and mismatch.json()["reason"] == "EstimateMismatch"
+        created = client.post(path, json=body, headers={"If-Match": etag})
+        assert created.status_code == 201, created.text
+        assert created.json()["status"]["estimate"]["costUSD"] == estimate["costUSD"]
+    done = wait_pipeline(running, project, "priced", "Succeeded", "Failed", timeout=180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["estimate"]["costUSD"] == estimate["costUSD"]  # kept by the controller's status writes
+    ab = [get(running, project, "jobs", f"priced-{n}") for n in "ab"]
+    assert all(j is not None and float(j["spec"]["maxCostUSD"]) <= 1 for j in ab)
+
+
+def test_a_stage_that_could_never_be_funded_refuses_the_create(running: Running) -> None:
+    project = running.project(credit=None)
+    body = manifest("unfunded", stage("a", "true"), stage("b", "true", dependsOn=["a"]))
+    with running.client() as client:
+        dry = client.post(f"{API}/namespaces/{project}/pipelines", params={"dryRun": "All"}, json=body)
+        assert dry.status_code == 201, dry.text
+        reasons = dry.json()["status"]["estimate"]["blockingReasons"]
+        assert {r["code"] for r in reasons} == {"InsufficientCredits"}
+        assert {r["message"].split(":")[0] for r in reasons} == {"stage a", "stage b"}
+        refused = client.post(f"{API}/namespaces/{project}/pipelines", json=body)
+    assert refused.status_code == 402 and refused.json()["reason"] == "InsufficientCredits", refused.text
+    assert "stage a" in refused.json()["message"]

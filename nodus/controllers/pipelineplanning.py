@@ -23,7 +23,7 @@ The rules, level-triggered (every call decides from what is true now):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -32,7 +32,8 @@ from typing import Any
 from nodus.apimachinery import units
 from nodus.apis.v1 import objects, phases, stagegraph
 from nodus.apis.v1.conditions import PipelineConditionType
-from nodus.apis.v1.pipeline import PipelinePhase, StagePhase
+from nodus.apis.v1.pipeline import PipelinePhase, StagePhase, StageStatus
+from nodus.controllers import pipelineruns
 from nodus.controllers.jobs import conditions
 
 Object = dict[str, Any]
@@ -48,39 +49,55 @@ _STOPPED: frozenset[StagePhase] = frozenset({"Failed", "Cancelled", "Skipped"})
 _FINISHED: frozenset[StagePhase] = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
+@dataclass(frozen=True)
+class Create:
+    """A stage Job to create: its stage, name and content key (None: never reused)."""
+
+    stage: str
+    job: str
+    key: str | None
+    producers: Mapping[str, str] = field(default_factory=dict)
+    """Stage -> the current Job of each stage this one reads from (its fromStage inputs are rewritten to them)."""
+
+
 @dataclass
 class Plan:
-    """What to do: Jobs to create (by stage), stage Jobs' ``spec.state`` to set (Job name -> state), the status."""
+    """What to do: Jobs to create, stage Jobs' ``spec.state`` to set (Job name -> state), the status."""
 
-    create: list[str] = field(default_factory=list)
+    create: list[Create] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)
     status: Object = field(default_factory=dict)
     remaining_usd: Decimal | None = None
     """What ``maxCostUSD`` leaves for the stages created now (None: no cap)."""
 
 
-def plan(pipeline: objects.Pipeline, jobs: Mapping[str, objects.Job], now: datetime) -> Plan:
-    """Decide for ``pipeline`` given its stage Jobs ``jobs`` (stage name -> the Job it owns)."""
-    spec, name = pipeline.spec, pipeline.metadata.name
+def plan(pipeline: objects.Pipeline, owned: Sequence[objects.Job], now: datetime) -> Plan:
+    """Decide for ``pipeline`` given ``owned``, every Job it controls (of every run)."""
+    spec = pipeline.spec
+    seen = pipelineruns.runs(pipeline)
+    jobs = pipelineruns.current_jobs(pipeline, seen, owned)
     edges = stagegraph.graph(spec.stages)
     by_name = {stage.name: stage for stage in spec.stages}
     # A finished stage stays finished when its Job goes (ttlSecondsAfterFinished, a delete by hand): it is not run
     # again, and the stages after it still read its output by digest if they were created already.
-    phase_of: dict[str, StagePhase] = {
-        s.name: s.phase for s in pipeline.status.stages or () if s.name not in jobs and s.phase in _FINISHED
+    kept = {
+        name: entry
+        for name, entry in seen.entries.items()
+        if entry is not None and name not in jobs and entry.phase in _FINISHED and name in by_name
     }
+    phase_of: dict[str, StagePhase] = {name: entry.phase for name, entry in kept.items()}
     for stage in spec.stages:  # validation keeps the graph acyclic, and stages are in any order: resolve lazily
         _stage_phase(stage.name, edges, jobs, phase_of)
-    kept = [s for s in pipeline.status.stages or () if s.name not in jobs and s.phase in _FINISHED]
-    spent = sum((_cost(job) for job in jobs.values()), Decimal(0))
-    spent += sum((Decimal(s.cost_usd) for s in kept if s.cost_usd is not None), Decimal(0))
+    spent = sum((_cost(job) for job in owned), Decimal(0))
+    spent += sum((Decimal(e.cost_usd) for e in kept.values() if e.cost_usd is not None), Decimal(0))
     out = Plan()
+    reused = {name for name, entry in seen.entries.items() if entry is not None and entry.reused and name in jobs}
     # The stage that failed first in spec order names the failure, not the ones the Pipeline cancelled because of it.
     failed = sorted(
         (s for s in spec.stages if phase_of[s.name] in ("Failed", "Cancelled") and not s.continue_on_failure),
         key=lambda s: phase_of[s.name] != "Failed",
     )
-    unfinished = {stage: job for stage, job in jobs.items() if job.status.phase not in phases.JOB_FINISHED}
+    unfinished = [job for job in owned if job.status.phase not in phases.JOB_FINISHED]
     phase: PipelinePhase
     message: str
     reason: str | None = None
@@ -90,7 +107,8 @@ def plan(pipeline: objects.Pipeline, jobs: Mapping[str, objects.Job], now: datet
     elif failed:
         first = failed[0]
         phase, reason = "Failed", "StageFailed"
-        message = f"Stage {first.name} {phase_of[first.name].lower()} (Job {_job(name, first.name)}); the stages "
+        where = jobs[first.name].metadata.name if first.name in jobs else first.name
+        message = f"Stage {first.name} {phase_of[first.name].lower()} (Job {where}); the stages "
         message += "still running are cancelled and the rest do not start."
         _set_states(out, unfinished, "Cancelled")
     elif spec.state == "Suspended":
@@ -98,33 +116,70 @@ def plan(pipeline: objects.Pipeline, jobs: Mapping[str, objects.Job], now: datet
         _set_states(out, unfinished, "Suspended")
     else:
         _set_states(out, unfinished, "Running")
-        ready = [
-            s.name
-            for s in spec.stages
-            if phase_of[s.name] == "Waiting" and all(phase_of[up] == "Succeeded" for up in edges[s.name])
-        ]
+        creates = _start(pipeline, seen, edges, jobs, owned, phase_of, reused)
         cap = Decimal(spec.max_cost_usd) if spec.max_cost_usd is not None else None
         if cap is not None:
             out.remaining_usd = cap - spent
-        if ready and cap is not None and spent >= cap:
+        if creates and cap is not None and spent >= cap:
             phase, reason = "Failed", "MaxCostReached"
-            message = f"The stages spent {spent} USD of maxCostUSD {cap}; stages {', '.join(ready)} do not start."
+            names = ", ".join(c.stage for c in creates)
+            message = f"The stages spent {spent} USD of maxCostUSD {cap}; stages {names} do not start."
+            for create in creates:
+                phase_of[create.stage] = "Waiting"
         else:
-            out.create = ready
+            out.create = creates
             over = all(phase_of[s] == "Succeeded" or phase_of[s] in _STOPPED for s in by_name)
-            if over and not ready:
+            if over and not creates:
                 phase, message = "Succeeded", "Every stage finished."
                 skipped = [s for s in by_name if phase_of[s] != "Succeeded"]
                 if skipped:
                     message = f"Every stage finished; {', '.join(skipped)} did not succeed (continueOnFailure)."
-            elif jobs or ready:
+            elif jobs or creates:
                 phase, message = "Running", _running_message(phase_of)
             else:
                 phase, message = "Pending", "No stage can start yet."
-    for created in out.create:
-        phase_of[created] = "Running"
-    out.status = _status(pipeline, jobs, phase_of, phase, message, reason, spent, now)
+    if seen.message is not None:
+        message = f"{seen.message} {message}"
+    job_names = {create.stage: create.job for create in out.create}
+    job_names.update({stage: job.metadata.name for stage, job in jobs.items()})
+    out.status = _status(pipeline, seen, jobs, job_names, reused, kept, phase_of, phase, message, reason, spent, now)
     return out
+
+
+def _start(
+    pipeline: objects.Pipeline,
+    seen: pipelineruns.Runs,
+    edges: Mapping[str, list[str]],
+    jobs: dict[str, objects.Job],
+    owned: Sequence[objects.Job],
+    phase_of: dict[str, StagePhase],
+    reused: set[str],
+) -> list[Create]:
+    """The stages to start now: each Waiting stage whose upstream all Succeeded reuses an earlier Job with its key
+    (then the stages after it are looked at again) or gets a Job created."""
+    creates: list[Create] = []
+    while True:
+        progressed = False
+        for stage in pipeline.spec.stages:
+            name = stage.name
+            if phase_of[name] != "Waiting" or not all(phase_of[up] == "Succeeded" for up in edges[name]):
+                continue
+            run = seen.stage_runs.get(name, 1)
+            key = pipelineruns.stage_key(stage, jobs)
+            forced = name == seen.rerun_from and run == seen.run and seen.run > 1
+            hit = pipelineruns.reusable(name, key, owned) if key is not None and not forced else None
+            if hit is not None:
+                jobs[name] = hit
+                reused.add(name)
+                phase_of[name] = "Succeeded"
+                progressed = True
+            else:
+                producers = {up: jobs[up].metadata.name for up in edges[name] if up in jobs}
+                job = pipelineruns.job_name(pipeline.metadata.name, name, run)
+                creates.append(Create(name, job, key, producers))
+                phase_of[name] = "Running"
+        if not progressed:
+            return creates
 
 
 def _stage_phase(
@@ -144,8 +199,8 @@ def _stage_phase(
     return result
 
 
-def _set_states(out: Plan, unfinished: Mapping[str, objects.Job], state: str) -> None:
-    for job in unfinished.values():
+def _set_states(out: Plan, unfinished: Sequence[objects.Job], state: str) -> None:
+    for job in unfinished:
         if job.spec.state != state:
             out.states[job.metadata.name] = state
 
@@ -153,10 +208,6 @@ def _set_states(out: Plan, unfinished: Mapping[str, objects.Job], state: str) ->
 def _cost(job: objects.Job) -> Decimal:
     cost = job.status.cost
     return Decimal(cost.total_usd) if cost is not None and cost.total_usd is not None else Decimal(0)
-
-
-def _job(pipeline: str, stage: str) -> str:
-    return stagegraph.job_name(pipeline, stage)
 
 
 def _running_message(phase_of: Mapping[str, StagePhase]) -> str:
@@ -169,7 +220,11 @@ def _running_message(phase_of: Mapping[str, StagePhase]) -> str:
 
 def _status(
     pipeline: objects.Pipeline,
+    seen: pipelineruns.Runs,
     jobs: Mapping[str, objects.Job],
+    names: Mapping[str, str],
+    reused: set[str],
+    kept: Mapping[str, StageStatus],
     phase_of: Mapping[str, StagePhase],
     phase: PipelinePhase,
     message: str,
@@ -189,23 +244,32 @@ def _status(
     }
     if old.estimate is not None:
         status["estimate"] = old.estimate.to_json()  # the server's, made at create
+    if seen.run > 1:
+        status.update(run=seen.run, rerunFrom=seen.rerun_from)
+    if seen.requested_at is not None:
+        status["rerunRequestedAt"] = seen.requested_at
     starts = [job.metadata.creation_timestamp for job in jobs.values() if job.metadata.creation_timestamp]
     start = old.start_time or (min(starts) if starts else None)
     if start is not None:
         status["startTime"] = start
     if phase in ("Succeeded", "Failed", "Cancelled"):
-        status["completionTime"] = old.completion_time or units.format_time(now)
+        same_run = (old.run or 1) == seen.run
+        status["completionTime"] = (old.completion_time if same_run else None) or units.format_time(now)
     stages: list[Object] = []
     for stage in pipeline.spec.stages:
-        job = jobs.get(stage.name)
-        earlier = next((s for s in old.stages or () if s.name == stage.name), None)
-        if job is None and earlier is not None and earlier.phase in _FINISHED:
-            stages.append(earlier.to_json())  # its Job is gone; what it did is still shown
+        if stage.name in kept:
+            stages.append(kept[stage.name].to_json())  # its Job is gone; what it did is still shown
             continue
+        job = jobs.get(stage.name)
         entry: Object = {"name": stage.name, "phase": phase_of[stage.name]}
-        if job is not None or phase_of[stage.name] == "Running":
-            entry["job"] = _job(pipeline.metadata.name, stage.name)
-        if job is not None:
+        if stage.name in names:
+            entry["job"] = names[stage.name]
+        run = seen.stage_runs.get(stage.name, 1)
+        if run > 1:
+            entry["run"] = run
+        if stage.name in reused:
+            entry["reused"] = True
+        elif job is not None:
             for key, value in (
                 ("startTime", job.status.start_time),
                 ("completionTime", job.status.completion_time),
@@ -214,7 +278,7 @@ def _status(
             ):
                 if value is not None:
                     entry[key] = value
-        elif phase_of[stage.name] == "Skipped":
+        if job is None and phase_of[stage.name] == "Skipped":
             entry["message"] = "A stage it depends on did not succeed."
         stages.append(entry)
     status["stages"] = stages

@@ -4,7 +4,9 @@ Keyed by (project, Pipeline name); level-triggered and idempotent. Each reconcil
 and the Jobs it controls (the Jobs informer, by owner uid), asks :func:`pipelineplanning.plan` what to
 do, and does it:
 
-* creates each ready stage's Job ``<pipeline>-<stage>``: the template's metadata and spec, labels
+* creates each ready stage's Job (``<pipeline>-<stage>``; ``.r<n>`` in re-run ``n``, ``pipelineruns``), or
+  reuses a Succeeded Job of an earlier run with the same template and input digests: the template's metadata
+  and spec, the stage's content key (annotation ``nodus.dev/stage-key``), labels
   ``nodus.dev/pipeline`` and ``nodus.dev/stage``, the Pipeline as its controlling owner (so deleting the
   Pipeline deletes its Jobs, ADR 0005), ``fromStage`` inputs rewritten to the producing Job's output
   (:func:`nodus.apis.v1.stagegraph.stage_job_spec`), which the Job pins by SHA-256 at admission, and
@@ -28,7 +30,7 @@ from nodus.apis.v1 import labels, objects, stagegraph
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 from nodus.controllers.manager import Result
-from nodus.controllers.pipelineplanning import plan
+from nodus.controllers.pipelineplanning import Create, plan
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.pipelines")
@@ -60,8 +62,7 @@ class PipelineReconciler:
         if pipeline.metadata.deletion_timestamp is not None:
             return None  # its Jobs go with it (garbage collection)
         owned = [objects.read(objects.Job, job) for job in self._jobs.by_index(OWNER_INDEX, pipeline.metadata.uid)]
-        jobs = {job.metadata.labels.get(labels.STAGE, ""): job for job in owned}
-        decision = plan(pipeline, jobs, units.now())
+        decision = plan(pipeline, owned, units.now())
         refused: dict[str, str] = {}
         for job_name, state in decision.states.items():
             try:
@@ -70,18 +71,18 @@ class PipelineReconciler:
                 continue
             except errors.Invalid as exc:  # a finished Job's state stays: nothing to cascade into
                 log.info("pipeline %s/%s: %s not set %s: %s", namespace, name, job_name, state, exc.message)
-        for stage in decision.create:
+        for create in decision.create:
             try:
-                await self._client.create("jobs", self._stage_job(obj, stage, decision.remaining_usd), namespace)
+                await self._client.create("jobs", self._stage_job(obj, create, decision.remaining_usd), namespace)
             except (errors.Conflict, errors.AlreadyExists):
-                existing = self._jobs.get(namespace, stagegraph.job_name(name, stage))
+                existing = self._jobs.get(namespace, create.job)
                 if existing is not None and pipeline.metadata.uid not in owner_uid(existing):
-                    refused[stage] = (
-                        f"A Job named {stagegraph.job_name(name, stage)} exists that this Pipeline does not own; "
-                        "delete it and the stage starts."
+                    refused[create.stage] = (
+                        f"A Job named {create.job} exists that this Pipeline does not own; delete it and the stage "
+                        "starts."
                     )
             except errors.APIError as exc:
-                refused[stage] = f"The stage's Job was refused: {exc.message}"
+                refused[create.stage] = f"The stage's Job was refused: {exc.message}"
         status = decision.status
         for entry in status.get("stages") or []:
             if entry["name"] in refused:
@@ -96,19 +97,19 @@ class PipelineReconciler:
                 return Result(requeue_after=0.5)  # the informer has not seen the newest Pipeline yet
         return Result(requeue_after=RETRY_REFUSED) if refused else None
 
-    def _stage_job(self, obj: Object, stage: str, remaining: Decimal | None) -> Object:
-        """The Job of ``stage``, made from the stored template (see the module docstring)."""
-        metadata, name = obj["metadata"], str(obj["metadata"]["name"])
+    def _stage_job(self, obj: Object, create: Create, remaining: Decimal | None) -> Object:
+        """The Job of ``create.stage``, made from the stored template (see the module docstring)."""
+        metadata, name, stage = obj["metadata"], str(obj["metadata"]["name"]), create.stage
         template = next(s for s in obj["spec"]["stages"] if s.get("name") == stage)["template"]
         template_meta = template.get("metadata") or {}
-        spec = stagegraph.stage_job_spec(name, template["spec"])
+        spec = stagegraph.stage_job_spec(name, template["spec"], create.producers)
         if remaining is not None:
             own = spec.get("maxCostUSD")
             if own is None or Decimal(str(own)) > remaining:
                 spec["maxCostUSD"] = str(remaining)
         job_labels = {**(template_meta.get("labels") or {}), labels.PIPELINE: name, labels.STAGE: stage}
         job_metadata: Object = {
-            "name": stagegraph.job_name(name, stage),
+            "name": create.job,
             "labels": job_labels,
             "ownerReferences": [
                 {
@@ -121,6 +122,9 @@ class PipelineReconciler:
                 }
             ],
         }
-        if template_meta.get("annotations"):
-            job_metadata["annotations"] = dict(template_meta["annotations"])
+        annotations = dict(template_meta.get("annotations") or {})
+        if create.key is not None:
+            annotations[labels.STAGE_KEY] = create.key
+        if annotations:
+            job_metadata["annotations"] = annotations
         return {"apiVersion": "nodus.dev/v1", "kind": "Job", "metadata": job_metadata, "spec": spec}

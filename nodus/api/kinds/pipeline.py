@@ -13,7 +13,9 @@ producing stage's template declares (or ``outputs``, the implicit one), the grap
 cycle is named), and each template's spec is a valid Job spec: the Job kind's own rules run on the
 spec the stage's Job will have (``fromStage`` rewritten, :func:`nodus.apis.v1.stagegraph.stage_job_spec`),
 with every error's path under ``spec.stages[i].template.spec``. The stages are fixed at create; an
-update may change ``state`` (not out of Cancelled) and ``maxCostUSD``.
+update may change ``state`` (not out of Cancelled) and ``maxCostUSD``, and ask for a re-run of a finished
+run: a new ``nodus.dev/rerun-requested-at`` with ``nodus.dev/rerun-from`` naming a stage
+(``nodus.controllers.pipelineruns``).
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath, money, units
 from nodus.apimachinery.destinations import Policy
 from nodus.apimachinery.fieldpath import FieldError, Path
-from nodus.apis.v1 import stagegraph
+from nodus.apis.v1 import labels, stagegraph
 from nodus.apis.v1.pipeline import PipelineSpec, PipelineStatus
 
 SPEC = Path("spec")
+ANNOTATIONS = Path("metadata", "annotations")
 STAGES = SPEC.child("stages")
 IMPLICIT_OUTPUT = "outputs"
 MAX_JOB_NAME = 253
@@ -56,6 +59,13 @@ class PipelineStrategy(Strategy):
 
     def validate(self, obj: Object) -> list[FieldError]:
         problems = _validate_spec(obj)
+        if labels.RERUN_REQUESTED_AT in _annotations(obj):
+            problems.append(
+                fieldpath.forbidden(
+                    ANNOTATIONS.key(labels.RERUN_REQUESTED_AT),
+                    "asks to re-run a finished run; set it once this one ends",
+                )
+            )
         name = str((obj.get("metadata") or {}).get("name") or "")
         raw = as_object(obj.get("spec")) or {}
         for index, stage in objects(raw.get("stages")):
@@ -96,6 +106,7 @@ class PipelineStrategy(Strategy):
                     "to run other stages",
                 )
             )
+        problems.extend(_rerun_rules(new, old))
         if old_spec.get("state") == "Cancelled" and new_spec.get("state") != "Cancelled":
             problems.append(
                 fieldpath.invalid(
@@ -109,6 +120,39 @@ class PipelineStrategy(Strategy):
     def validate_status(self, obj: Object) -> list[FieldError]:
         _, problems = validate_model(PipelineStatus, obj.get("status") or {}, Path("status"))
         return problems
+
+
+def _annotations(obj: Object) -> dict[str, Any]:
+    return as_object((as_object(obj.get("metadata")) or {}).get("annotations")) or {}
+
+
+def _rerun_rules(new: Object, old: Object) -> list[FieldError]:
+    """A new ``nodus.dev/rerun-requested-at`` needs ``nodus.dev/rerun-from`` naming a stage, and a finished run."""
+    requested = _annotations(new).get(labels.RERUN_REQUESTED_AT)
+    if requested is None or requested == _annotations(old).get(labels.RERUN_REQUESTED_AT):
+        return []
+    problems: list[FieldError] = []
+    stages = [as_str(s.get("name")) for _, s in objects((as_object(new.get("spec")) or {}).get("stages"))]
+    wanted = _annotations(new).get(labels.RERUN_FROM)
+    if wanted not in stages:
+        problems.append(
+            fieldpath.invalid(
+                ANNOTATIONS.key(labels.RERUN_FROM),
+                wanted,
+                f"must name the stage to re-run from (it and the stages after it run again); the stages are "
+                f"{', '.join(s for s in stages if s)}",
+            )
+        )
+    phase = (as_object(old.get("status")) or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        problems.append(
+            fieldpath.forbidden(
+                ANNOTATIONS.key(labels.RERUN_REQUESTED_AT),
+                f"the Pipeline is {phase}: a re-run starts from a finished run (Succeeded or Failed); wait for it "
+                "to finish",
+            )
+        )
+    return problems
 
 
 def _canonicalize(obj: Object) -> None:

@@ -100,7 +100,12 @@ class StageStatus(WireModel):
         "has not finished), Succeeded, Failed, Suspended, Cancelled or Skipped (a stage it depends on failed or was "
         "cancelled)."
     )
-    reused: bool | None = Field(None, description="Reused is true when an earlier run's Job outputs were reused.")
+    reused: bool | None = Field(
+        None,
+        description="Reused is true when a Succeeded Job of an earlier run with the same template and input digests "
+        "was reused instead of running the stage again.",
+    )
+    run: int | None = Field(None, ge=1, description="Run is the Pipeline run this stage belongs to (default 1).")
     start_time: Time | None = Field(None, description="StartTime is when the stage's Job started running.")
 
 
@@ -184,6 +189,11 @@ class PipelineStatus(WireModel):
         None,
         description="Phase is Pending (no stage Job started yet), Running, Succeeded, Failed, Suspended or Cancelled.",
     )
+    rerun_from: str | None = Field(None, description="RerunFrom is the stage the current run was started from.")
+    rerun_requested_at: str | None = Field(
+        None, description="RerunRequestedAt is the nodus.dev/rerun-requested-at value that started the current run."
+    )
+    run: int | None = Field(None, ge=1, description="Run counts the runs: 1, then one more for each re-run.")
     stages: list[StageStatus] | None = Field(
         None, description="Stages is each stage's status, in spec order.", json_schema_extra=list_map("name")
     )

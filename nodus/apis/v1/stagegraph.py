@@ -100,9 +100,13 @@ def concurrent_with(edges: Graph, stage: str) -> set[str]:
     return set(edges) - {stage} - upstream_closure(edges, stage) - downstream(edges, stage)
 
 
-def stage_job_spec(pipeline: str, template_spec: Mapping[str, Any]) -> dict[str, Any]:
+def stage_job_spec(
+    pipeline: str, template_spec: Mapping[str, Any], producers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The stage Job's spec: the template's (a deep copy), each ``fromStage`` rewritten to the producing Job's
-    output (see the module docstring)."""
+    output (see the module docstring). ``producers`` names the producing stages' current Jobs where they are not
+    ``<pipeline>-<stage>`` (a re-run's, or a reused one)."""
+    known = producers or {}
     spec = copy.deepcopy(dict(template_spec))
     for item in spec.get("inputs") or ():
         if not isinstance(item, dict):
@@ -110,5 +114,6 @@ def stage_job_spec(pipeline: str, template_spec: Mapping[str, Any]) -> dict[str,
         source = item.get("fromStage")
         if isinstance(source, dict):
             del item["fromStage"]
-            item["output"] = {"job": job_name(pipeline, str(source.get("stage"))), "name": source.get("output")}
+            producer = str(source.get("stage"))
+            item["output"] = {"job": known.get(producer) or job_name(pipeline, producer), "name": source.get("output")}
     return spec

@@ -131,3 +131,21 @@ def test_the_stage_job_name_must_fit() -> None:
     obj = make_pipeline(stage("a" * 63))
     obj["metadata"]["name"] = "p" * 200
     assert "spec.stages[0].name" in problems(obj)
+
+
+def test_a_rerun_needs_a_finished_run_and_a_stage() -> None:
+    old = make_pipeline(stage("a"), stage("b", depends=["a"]))
+    PIPELINE.strategy.prepare_for_create(old)
+    old["status"] = {"phase": "Running"}
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"nodus.dev/rerun-requested-at": "t1", "nodus.dev/rerun-from": "zz"}
+    found = {e.field: e.message() for e in PIPELINE.strategy.validate_update(new, old)}
+    assert "stages are a, b" in found["metadata.annotations[nodus.dev/rerun-from]"]
+    assert "is Running" in found["metadata.annotations[nodus.dev/rerun-requested-at]"]
+    old["status"] = {"phase": "Succeeded"}
+    new["metadata"]["annotations"]["nodus.dev/rerun-from"] = "b"
+    assert PIPELINE.strategy.validate_update(new, old) == []
+    # At create there is no run to re-run.
+    fresh = make_pipeline(stage("a"))
+    fresh["metadata"]["annotations"] = {"nodus.dev/rerun-requested-at": "t1"}
+    assert "metadata.annotations[nodus.dev/rerun-requested-at]" in problems(fresh)

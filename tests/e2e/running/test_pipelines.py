@@ -312,3 +312,73 @@ def test_a_stage_that_could_never_be_funded_refuses_the_create(running: Running)
         refused = client.post(f"{API}/namespaces/{project}/pipelines", json=body)
     assert refused.status_code == 402 and refused.json()["reason"] == "InsufficientCredits", refused.text
     assert "stage a" in refused.json()["message"]
+
+
+def test_a_rerun_from_a_stage_reuses_what_did_not_change(running: Running, kubectl_binary: Path) -> None:
+    project = running.project()
+    body = manifest(
+        "again",
+        stage("a", "echo rows > /nodus/outputs/rows.txt"),
+        stage(
+            "b",
+            "cat /nodus/inputs/rows/rows.txt > /workspace/fixed.txt; date +%s%N > /workspace/stamp.txt",
+            spec={
+                "inputs": [{"name": "rows", "fromStage": {"stage": "a", "output": "outputs"}}],
+                "outputs": [
+                    {"name": "fixed", "path": "/workspace/fixed.txt"},
+                    {"name": "stamp", "path": "/workspace/stamp.txt"},
+                ],
+            },
+        ),
+        stage(
+            "c",
+            "cat /nodus/inputs/x",
+            spec={"inputs": [{"name": "x", "fromStage": {"stage": "b", "output": "fixed"}}]},
+        ),
+        stage(
+            "d",
+            "cat /nodus/inputs/x",
+            spec={"inputs": [{"name": "x", "fromStage": {"stage": "b", "output": "stamp"}}]},
+        ),
+    )
+    kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+    first = wait_pipeline(running, project, "again", "Succeeded", "Failed", timeout=180)
+    assert first["status"]["phase"] == "Succeeded", first["status"]
+
+    kubectl(
+        kubectl_binary,
+        running,
+        project,
+        "annotate",
+        "pipeline",
+        "again",
+        "nodus.dev/rerun-requested-at=2026-12-03T12:00:00Z",
+        "nodus.dev/rerun-from=b",
+    )
+
+    def rerun_done() -> dict[str, Any] | None:
+        found = get(running, project, "pipelines", "again") or {}
+        status = found.get("status") or {}
+        return found if status.get("run") == 2 and status.get("phase") in ("Succeeded", "Failed") else None
+
+    second = running.wait_for("the re-run to finish", rerun_done, timeout=180)
+    assert second["status"]["phase"] == "Succeeded", second["status"]
+    stages = {s["name"]: s for s in second["status"]["stages"]}
+    # a is upstream of the re-run: untouched. b ran again. c read b's unchanged output: reused, not run. d read
+    # the output that changed: run again, reading the new one.
+    assert (stages["a"]["job"], stages["a"].get("run", 1)) == ("again-a", 1)
+    assert (stages["b"]["job"], stages["b"]["run"]) == ("again-b.r2", 2)
+    assert (stages["c"]["job"], stages["c"].get("reused")) == ("again-c", True)
+    assert stages["d"]["job"] == "again-d.r2" and not stages["d"].get("reused")
+    assert get(running, project, "jobs", "again-c.r2") is None
+    b1, b2 = get(running, project, "jobs", "again-b"), get(running, project, "jobs", "again-b.r2")
+    d2 = get(running, project, "jobs", "again-d.r2")
+    assert b1 is not None and b2 is not None and d2 is not None
+    fixed = {o["name"]: o["sha256"] for o in b1["status"]["outputs"]}
+    fixed2 = {o["name"]: o["sha256"] for o in b2["status"]["outputs"]}
+    assert fixed["fixed"] == fixed2["fixed"] and fixed["stamp"] != fixed2["stamp"]
+    assert d2["spec"]["inputs"][0]["output"]["job"] == "again-b.r2"
+    assert d2["status"]["inputs"][0]["sha256"] == fixed2["stamp"]
+    # The same request again changes nothing: each value re-runs once.
+    kubectl(kubectl_binary, running, project, "annotate", "--overwrite", "pipeline", "again", "unrelated=1")
+    assert (get(running, project, "pipelines", "again") or {})["status"]["run"] == 2

@@ -13,7 +13,7 @@ Job estimate of :mod:`nodus.billing.estimating`) and :func:`graph_estimate` comb
 * ``blockingReasons``: each stage's own, prefixed with the stage (a stage Job would be refused at its
   creation: its first hold above what its ``maxCostUSD`` (under the Pipeline's) allows, the project's credit
   or a Budget). A real create answers the first as an error, as for a Job.
-* ``warnings``: ``ConcurrentHoldAboveCredit`` (the stages that may run together hold more than the project
+* ``warnings``: ``ConcurrentHoldAboveCredits`` (the stages that may run together hold more than the project
   has: some wait for others' holds to be released), ``MaxCostBelowEstimate`` (``maxCostUSD`` below the P50:
   the Pipeline will probably stop with ``MaxCostReached``), and each stage's own warnings, prefixed.
 """
@@ -74,7 +74,7 @@ def graph_estimate(
     if largest > available:
         warnings.append(
             {
-                "code": "ConcurrentHoldAboveCredit",
+                "code": "ConcurrentHoldAboveCredits",
                 "message": f"the stages that may run together hold up to {text(largest)} USD but the project has "
                 f"{text(available)} USD available: some stages will wait for others' holds to be released",
             }

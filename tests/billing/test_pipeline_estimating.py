@@ -50,7 +50,7 @@ def test_blocking_reasons_and_warnings_name_their_stage() -> None:
     result = graph_estimate(estimates, EDGES, available=Decimal(6), max_cost=Decimal(2))
     assert result["blockingReasons"] == [{**refused, "message": "stage c: the first hold is 5 USD"}]
     codes = [w["code"] for w in result["warnings"]]
-    assert codes == ["MaxCostBelowEstimate", "ConcurrentHoldAboveCredit"]
+    assert codes == ["MaxCostBelowEstimate", "ConcurrentHoldAboveCredits"]
 
 
 def test_a_stage_without_capacity_leaves_the_sum_out() -> None:

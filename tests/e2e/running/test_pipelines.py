@@ -248,7 +248,22 @@ def test_the_documented_example_pipeline_runs(running: Running, kubectl_binary: 
     """docs/examples/pipeline.yaml as written (its image served by this session's registry)."""
     project = running.project()
     text = EXAMPLE.read_text().replace("localhost:5000/nodus/python:3.11", registry_python_image())
+    # A server-side dry run shows the whole graph's estimate and stores nothing (docs/pipelines.md, Money).
+    dry = kubectl(kubectl_binary, running, project, "apply", "--dry-run=server", "-o", "yaml", "-f", "-", stdin=text)
+    previewed = next(d for d in yaml.safe_load(dry)["items"] if d["kind"] == "Pipeline")
+    assert {s["name"] for s in previewed["status"]["estimate"]["stages"]} == {"data", "train", "report"}
+    assert get(running, project, "pipelines", "ml") is None
     kubectl(kubectl_binary, running, project, "apply", "-f", "-", stdin=text)
+    # As the README waits for it.
+    kubectl(
+        kubectl_binary,
+        running,
+        project,
+        "wait",
+        "pipeline/ml",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "--timeout=3m",
+    )
     done = wait_pipeline(running, project, "ml", "Succeeded", "Failed", timeout=180)
     assert done["status"]["phase"] == "Succeeded", (done["status"], running.logs())
     assert "the token arrived" in job_log(running, project, "ml-train")

@@ -1,7 +1,8 @@
 """Cross-field rules of what a Job reads and writes: inputs, declared outputs and Volume mounts.
 
 * An input has exactly one source among six (ADR 0046 §6). ``fromStage`` is refused: it is valid
-  only on Jobs a Pipeline creates, and nothing creates those yet. ``fromWorkspace`` (a Workspace and a
+  only in a Pipeline's stage templates, and the Pipeline rewrites it to ``output`` in the Jobs it
+  creates (ADR 0052). ``fromWorkspace`` (a Workspace and a
   relative ``path`` without ``..``, checked by the model) is pinned at admission. Input names are unique.
 * Output names are unique, may not be ``outputs`` (the implicit output, ADR 0046 §17), ``.`` or ``..``
   (they become file and directory names when downloaded) and may not start with the reserved ``nodus.``
@@ -41,8 +42,9 @@ def input_rules(spec: JSONObject, path: Path) -> list[FieldError]:
             errors.append(
                 fieldpath.forbidden(
                     item_path.child("fromStage"),
-                    "is valid only on Jobs created by a Pipeline, which passes one stage's output to the next; "
-                    "name the producing Job with output (job and name) instead",
+                    "is valid only in a Pipeline's stage templates (spec.stages[].template.spec), where it names "
+                    "another stage's output (the Jobs created by a Pipeline read it as output); in a Job, name the "
+                    "producing Job with output (job and name) instead",
                 )
             )
     return errors

@@ -198,7 +198,8 @@ def graph_rules(spec: JSONObject) -> list[FieldError]:
         name = as_str(stage.get("name"))
         at = STAGES.index(index)
         ups: list[str] = []
-        for j, up in enumerate(stage.get("dependsOn") or []):
+        depends = stage.get("dependsOn")
+        for j, up in enumerate(depends if isinstance(depends, list) else []):
             if not isinstance(up, str):
                 continue
             if up not in declared:

@@ -149,3 +149,19 @@ def test_a_rerun_needs_a_finished_run_and_a_stage() -> None:
     fresh = make_pipeline(stage("a"))
     fresh["metadata"]["annotations"] = {"nodus.dev/rerun-requested-at": "t1"}
     assert "metadata.annotations[nodus.dev/rerun-requested-at]" in problems(fresh)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"stages": [{"name": "a", "dependsOn": 5, "template": {"spec": {}}}]}, id="depends-on-not-a-list"),
+        pytest.param({"stages": [1, "x", None]}, id="stages-not-objects"),
+        pytest.param({"stages": [{"name": 3, "template": {"spec": {"inputs": "x"}}}]}, id="wrong-types"),
+        pytest.param({"stages": "a"}, id="stages-not-a-list"),
+        pytest.param(None, id="no-spec"),
+    ],
+)
+def test_malformed_specs_are_field_errors_not_crashes(spec: Any) -> None:
+    obj = make_pipeline()
+    obj["spec"] = spec
+    assert problems(obj)

@@ -34,10 +34,10 @@ from nodus.apis.v1.jobstatus import JobStatus
 from nodus.apis.v1.lease import LeaseSpec
 from nodus.apis.v1.node import NodeSpec, NodeStatus
 from nodus.apis.v1.offering import OfferingSpec, OfferingStatus
+from nodus.apis.v1.pipeline import PipelineSpec, PipelineStatus
 from nodus.apis.v1.pool import PoolSpec, PoolStatus
 from nodus.apis.v1.project import ProjectSpec, ProjectStatus
 from nodus.apis.v1.secret import SecretStatus
-from nodus.apis.v1.pipeline import PipelineSpec, PipelineStatus
 from nodus.apis.v1.volume import VolumeSpec, VolumeStatus
 from nodus.apis.v1.workspace import WorkspaceSpec, WorkspaceStatus
 

@@ -35,8 +35,6 @@ import asyncio
 import base64
 import binascii
 import os
-import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -319,7 +317,7 @@ async def _unpack_blob(
             media_type = head.headers.get("content-type", "application/octet-stream").split(";")[0].strip()
             async for chunk in client.download(path):
                 handle.write(chunk)
-        await asyncio.to_thread(_clear, target)
+        await asyncio.to_thread(unpacking.clear, target)
         await unpacker.unpack(download, target, media_type)
     except archives.ArchiveError as exc:
         raise PrepareFailed("ArchiveUnsafe", f"The content of {what} ({blob}) was not unpacked: {exc}") from None
@@ -329,18 +327,6 @@ async def _unpack_blob(
         raise PrepareFailed("InputFetchFailed", f"Could not fetch {what} ({blob}): {exc}") from None
     finally:
         await asyncio.to_thread(download.unlink, missing_ok=True)
-
-
-def _clear(target: Path) -> None:
-    """Remove the file or tree at ``target``; a link is removed itself (``shutil.rmtree`` walks by descriptor)."""
-    try:
-        status = os.lstat(target)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(status.st_mode):
-        shutil.rmtree(target)
-    else:
-        target.unlink()
 
 
 async def _source(

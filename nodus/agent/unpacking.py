@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,3 +114,16 @@ def _interpreter_paths() -> list[str]:
     package = Path(archives.__file__).resolve().parents[1]
     paths = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent), str(package)}
     return sorted(paths)
+
+
+def clear(target: Path) -> None:
+    """Remove the file or tree at ``target`` (an input's place, before it is put there again); a link there is
+    removed itself, never followed (``shutil.rmtree`` walks by descriptor)."""
+    try:
+        status = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        shutil.rmtree(target)
+    else:
+        target.unlink()

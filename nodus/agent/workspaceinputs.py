@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import os
 import secrets
-import shutil
 import stat
 from pathlib import Path
 
@@ -74,7 +73,7 @@ async def _from_manifest(client: Client, namespace: str, blob: str, subdirectory
     if "sha256:" + hashlib.sha256(body).hexdigest() != blob:
         raise restoring.RestoreFailed("the manifest's bytes do not hash to the pinned digest")
     manifest = workspacetrees.subtree(Manifest.from_bytes(body), subdirectory)
-    await asyncio.to_thread(_clear, target)
+    await asyncio.to_thread(unpacking.clear, target)
     restoration = await asyncio.to_thread(workspacetrees.restoration, manifest, target)
     gate = asyncio.Semaphore(CONCURRENCY)
 
@@ -107,11 +106,11 @@ async def _from_archive(
             )
         await unpacker.unpack(download, unpacked, media)
         source = await asyncio.to_thread(_descend, unpacked, subdirectory)
-        await asyncio.to_thread(_clear, target)
+        await asyncio.to_thread(unpacking.clear, target)
         await asyncio.to_thread(os.rename, source, target)
     finally:
         await asyncio.to_thread(download.unlink, missing_ok=True)
-        await asyncio.to_thread(_clear, unpacked)
+        await asyncio.to_thread(unpacking.clear, unpacked)
 
 
 def _descend(top: Path, subdirectory: str) -> Path:
@@ -141,15 +140,3 @@ async def _read(client: Client, path: str, limit: int) -> bytes:
             raise restoring.RestoreFailed(f"{path} is larger than {limit} bytes")
         pieces.append(piece)
     return b"".join(pieces)
-
-
-def _clear(target: Path) -> None:
-    """Remove the file or tree at ``target`` without following a link there."""
-    try:
-        status = os.lstat(target)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(status.st_mode):
-        shutil.rmtree(target)
-    else:
-        target.unlink()

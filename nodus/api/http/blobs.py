@@ -50,6 +50,7 @@ from nodus.api.http.authentication import authenticate
 from nodus.api.http.responses import request_id
 from nodus.api.registry import API_VERSION, GROUP
 from nodus.api.server import APIServer
+from nodus.api.store import GenericStore
 from nodus.apimachinery.units import format_time, now
 
 API_PREFIX = f"/apis/{API_VERSION}"
@@ -253,20 +254,28 @@ def _filename(request: Request, media: str) -> str | None:
     return value
 
 
-async def volume_revision(request: Request) -> Response:
-    """``POST /apis/nodus.dev/v1/namespaces/{namespace}/volumes/{name}/revisions[?filename=&digest=]``."""
+async def revision_request(request: Request, plural: str) -> tuple[APIServer, Principal, str, str, GenericStore]:
+    """The start of ``POST .../namespaces/{namespace}/{plural}/{name}/revisions`` (Volumes, Workspaces): the caller
+    authenticated and allowed to update the object, which exists (a 404 before the body is read). Returns the
+    server, the caller, the namespace, the name and the kind's store."""
     server: APIServer = request.app.state.server
     principal = await authenticate(server, request)
     namespace, name = request.path_params["namespace"], request.path_params["name"]
-    volumes = server.registry.by_plural("volumes")
-    assert volumes is not None
+    info = server.registry.by_plural(plural)
+    assert info is not None
     if request.method != "POST":
-        raise method_not_allowed(request.method.lower(), "volumes/revisions")
-    request.scope["state"]["metrics"] = ("create", "volumes/revisions")
-    if not await server.authorizer.system(Attributes(principal, "create", "volumes", namespace, name, "revisions")):
-        await server.authorizer.authorize(principal, "update", volumes, namespace, name)
-    store_ = server.stores[volumes.plural]
-    await store_.get(namespace, name)  # a 404 before the body is read
+        raise method_not_allowed(request.method.lower(), f"{plural}/revisions")
+    request.scope["state"]["metrics"] = ("create", f"{plural}/revisions")
+    if not await server.authorizer.system(Attributes(principal, "create", plural, namespace, name, "revisions")):
+        await server.authorizer.authorize(principal, "update", info, namespace, name)
+    store_ = server.stores[info.plural]
+    await store_.get(namespace, name)
+    return server, principal, namespace, name, store_
+
+
+async def volume_revision(request: Request) -> Response:
+    """``POST /apis/nodus.dev/v1/namespaces/{namespace}/volumes/{name}/revisions[?filename=&digest=]``."""
+    server, principal, namespace, name, store_ = await revision_request(request, "volumes")
     expected = request.query_params.get("digest")
     if expected is not None:
         check_digest(expected, "digest")

@@ -141,18 +141,7 @@ async def _from_output(server: APIServer, request: Request, namespace: str) -> t
 
 async def revisions(request: Request) -> Response:
     """``POST /apis/nodus.dev/v1/namespaces/{namespace}/workspaces/{name}/revisions``."""
-    server: APIServer = request.app.state.server
-    principal = await authenticate(server, request)
-    namespace, name = request.path_params["namespace"], request.path_params["name"]
-    workspaces = server.registry.by_plural("workspaces")
-    assert workspaces is not None
-    if request.method != "POST":
-        raise method_not_allowed(request.method.lower(), "workspaces/revisions")
-    request.scope["state"]["metrics"] = ("create", "workspaces/revisions")
-    if not await server.authorizer.system(Attributes(principal, "create", "workspaces", namespace, name, "revisions")):
-        await server.authorizer.authorize(principal, "update", workspaces, namespace, name)
-    store_ = server.stores[workspaces.plural]
-    await store_.get(namespace, name)  # a 404 before the body is read
+    server, principal, namespace, name, store_ = await blob_http.revision_request(request, "workspaces")
     media = blob_http.media_type(request).split(";")[0].strip()
     if media == MANIFEST:
         info = await blob_http.store(server, request, namespace, "workspaces", media, None)

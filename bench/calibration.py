@@ -47,7 +47,7 @@ from nodus.apimachinery.money import text
 from nodus.apis.v1 import objects
 from nodus.billing import estimating
 from nodus.controllers.billing import bill
-from nodus.scheduler.snapshot import Offering
+from nodus.scheduler.capacity import Offering
 
 SEED = 20261129
 START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)

@@ -34,8 +34,8 @@ from nodus.apimachinery import estimates, topology, units, workloads
 from nodus.apimachinery.money import text
 from nodus.apimachinery.sealing import Keyring, OpenError, Sealed
 from nodus.billing import budgets, estimating, ledger
+from nodus.scheduler.capacity import Host, Offering, PlatformFee
 from nodus.scheduler.cycle import Binding
-from nodus.scheduler.snapshot import Host, Offering, PlatformFee
 from nodus.storage import admission
 from nodus.storage.listing import ListQuery
 from nodus.storage.objects import Storage

@@ -33,7 +33,7 @@ from nodus.api.store import GenericStore
 from nodus.apimachinery.sealing import Keyring
 from nodus.billing.storage import Price as StoragePrice
 from nodus.catalog.pricebook import HOURS_PER_MONTH
-from nodus.scheduler.snapshot import PlatformFee
+from nodus.scheduler.capacity import PlatformFee
 from nodus.storage import blobcollection
 from nodus.storage.errors import Key
 from nodus.storage.objects import Storage

@@ -45,8 +45,9 @@ from typing import Any
 from nodus.apimachinery import topology, units
 from nodus.apimachinery.money import INCREMENT_SECONDS, MICRO, charge, hold_for, text
 from nodus.scheduler import scoring
+from nodus.scheduler.capacity import Host, Offering, PlatformFee
 from nodus.scheduler.cycle import Binding, Unschedulable, run_cycle
-from nodus.scheduler.snapshot import Host, Offering, PlatformFee, Snapshot, Work, format_usd
+from nodus.scheduler.snapshot import Snapshot, Work, format_usd
 
 DEFAULT_DURATION = timedelta(hours=1)
 # A timed-out assembly is still billed while its members stop: the controller notices, and each member has up

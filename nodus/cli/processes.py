@@ -163,7 +163,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
     from nodus.cloud.simulated import SimulatedCloud, SimulatedCloudConfig
     from nodus.controllers.assembly import ControllerSettings
     from nodus.controllers.jobs.gangplanning import TimeScales
-    from nodus.scheduler.snapshot import PlatformFee
+    from nodus.scheduler.capacity import PlatformFee
 
     provider: Callable[[], Provider] | None = None
     scales = TimeScales()

@@ -78,7 +78,7 @@ from nodus.controllers.pools import (
 from nodus.controllers.scheduling import SchedulerLoop
 from nodus.controllers.secrets import PINNING_INDEX, SecretPins, enqueue_pinned, pinned_secrets
 from nodus.controllers.storagebilling import UNPAID_INDEX, StorageBilling, enqueue_unpaid, unpaid_in
-from nodus.scheduler.snapshot import PlatformFee
+from nodus.scheduler.capacity import PlatformFee
 
 log = logging.getLogger("nodus.controllers")
 

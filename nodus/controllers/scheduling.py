@@ -31,6 +31,7 @@ from nodus.apis.v1 import objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since, never_came
+from nodus.scheduler import capacity
 from nodus.scheduler import cycle as cycles
 from nodus.scheduler import snapshot as snapshots
 
@@ -52,7 +53,7 @@ class SchedulerLoop:
         *,
         concurrency: int = 8,
         tick: float = 5.0,
-        fee: snapshots.PlatformFee | None = None,
+        fee: capacity.PlatformFee | None = None,
         cold_start: frozenset[str] | None = None,
     ) -> None:
         self._client = client
@@ -61,12 +62,12 @@ class SchedulerLoop:
         self._offerings = offerings
         self._writes = asyncio.Semaphore(concurrency)
         self._tick = tick
-        self._fee = fee if fee is not None else snapshots.PlatformFee()
+        self._fee = fee if fee is not None else capacity.PlatformFee()
         self._cold_start = cold_start
         self._wake = asyncio.Event()
         self._assumed: dict[tuple[str, str], cycles.Binding] = {}  # attempt key -> its binding being written
         # What each assumed binding holds of its host (a share of a pool or shareable host) until the informer shows it.
-        self._assumed_uses: dict[tuple[str, str], snapshots.Use] = {}
+        self._assumed_uses: dict[tuple[str, str], capacity.Use] = {}
         self.cycle = 0
         for informer in (attempts, nodes, offerings):
             informer.add_handler(self._changed)
@@ -130,8 +131,8 @@ class SchedulerLoop:
         work = [snapshots.Work.from_object(a) for a in pending]
         if any(w.gang is not None for w in work):
             work = self._with_placed_siblings(work)
-        offerings = [snapshots.Offering.from_object(o) for o in self._offerings.items()]
-        taken: dict[str, list[snapshots.Use]] = {}
+        offerings = [capacity.Offering.from_object(o) for o in self._offerings.items()]
+        taken: dict[str, list[capacity.Use]] = {}
         for key, binding in self._assumed.items():
             if binding.node:
                 held = self._assumed_uses.get(key)
@@ -169,12 +170,12 @@ class SchedulerLoop:
             for w in work
         ]
 
-    def _host(self, node: Object, taken: dict[str, list[snapshots.Use]]) -> snapshots.Host:
+    def _host(self, node: Object, taken: dict[str, list[capacity.Use]]) -> capacity.Host:
         """The Node as the cycle sees it: what the unfinished attempts on it (and those just bound there) hold."""
         name = node["metadata"]["name"]
         on_it = self._attempts.by_index(NODE_INDEX, name)
-        uses = [snapshots.Use.from_object(attempt) for attempt in on_it] + taken.get(name, [])
-        host = snapshots.Host.from_object(node, busy=bool(on_it) or name in taken, uses=uses)
+        uses = [capacity.Use.from_object(attempt) for attempt in on_it] + taken.get(name, [])
+        host = capacity.Host.from_object(node, busy=bool(on_it) or name in taken, uses=uses)
         if host.phase == "Booting" and never_came(self._attempts.by_index(RAN_ON_INDEX, name)):
             return dataclasses.replace(host, unschedulable=True)  # about to be released (IdleHosts)
         if host.busy or host.warm_until is None:
@@ -186,7 +187,7 @@ class SchedulerLoop:
             return dataclasses.replace(host, warm_until=None)
         return dataclasses.replace(host, warm_until=host.warm_until - RELEASE_MARGIN)
 
-    def _in_flight(self, now: Any) -> list[snapshots.Host]:
+    def _in_flight(self, now: Any) -> list[capacity.Host]:
         """Placed attempts still waiting for a new Node: each holds one host of its offering."""
         out = []
         for obj in self._attempts.items():
@@ -195,7 +196,7 @@ class SchedulerLoop:
             if attempt.status.phase != "Provisioning" or attempt.spec.node or (placement and placement.node):
                 continue
             out.append(
-                snapshots.Host(
+                capacity.Host(
                     name=f"(new host for {attempt.metadata.name})",
                     offering=str(placement.offering if placement is not None else None),
                     phase="Booting",
@@ -212,7 +213,7 @@ class SchedulerLoop:
         status = {k: v for k, v in (attempt.get("status") or {}).items() if k not in ("reason", "message")}
         status.update(phase="Provisioning", placement=placement, scheduledTime=units.format_time(units.now()))
         self._assumed[key] = binding
-        self._assumed_uses[key] = snapshots.Use.from_object({**attempt, "status": status})
+        self._assumed_uses[key] = capacity.Use.from_object({**attempt, "status": status})
         try:
             async with self._writes:
                 await self._client.update("attempts", {**attempt, "status": status}, key[0], subresource="status")

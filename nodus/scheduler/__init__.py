@@ -11,8 +11,9 @@ network and transport), ``explaining`` (the words users read) and ``cycle`` (the
 
 from __future__ import annotations
 
+from nodus.scheduler.capacity import Host, Offering
 from nodus.scheduler.cycle import Binding, CycleResult, Unschedulable, run_cycle
-from nodus.scheduler.snapshot import GangKey, GangRequest, Host, Offering, Snapshot, Work, WorkKey
+from nodus.scheduler.snapshot import GangKey, GangRequest, Snapshot, Work, WorkKey
 
 __all__ = [
     "Binding",

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from nodus.scheduler.snapshot import Interruptible, Offering, Work, format_usd
+from nodus.scheduler.capacity import Offering
+from nodus.scheduler.snapshot import Interruptible, Work, format_usd
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,8 @@ from decimal import Decimal
 from typing import Literal, NamedTuple, Protocol
 
 from nodus.scheduler import scoring
-from nodus.scheduler.snapshot import GangKey, GangRequest, Network, Offering, Profile, Transport, Work
+from nodus.scheduler.capacity import Offering
+from nodus.scheduler.snapshot import GangKey, GangRequest, Network, Profile, Transport, Work
 
 PathClass = Literal["Private", "Direct", "Public", "Relayed"]
 #: The members' offerings share this key when they are in one group (see :func:`group_key`).

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from nodus.scheduler import filters
+from nodus.scheduler.capacity import PlatformFee, Shape
 from nodus.scheduler.rooms import Demand, Room
-from nodus.scheduler.snapshot import PlatformFee, Shape, Work, format_usd
+from nodus.scheduler.snapshot import Work, format_usd
 
 MAX_HOST_LINES = 15
 _NOT_IN_POOL = 0

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from nodus.scheduler.snapshot import Host
+from nodus.scheduler.capacity import Host
 
 
 @dataclass(frozen=True, slots=True)

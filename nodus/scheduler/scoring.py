@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
+from nodus.scheduler.capacity import Offering
 from nodus.scheduler.rooms import Demand
-from nodus.scheduler.snapshot import Interruptible, Offering, Profile
+from nodus.scheduler.snapshot import Interruptible, Profile
 
 BALANCED_COST_TOLERANCE = Decimal("0.10")
 #: Accelerator families from fastest to slowest; an unknown family ranks after these, CPU-only last.

@@ -12,7 +12,7 @@ import pytest
 from nodus.apimachinery.money import charge, hold_for
 from nodus.billing import estimating
 from nodus.billing.estimating import Inputs, Room, Run
-from nodus.scheduler.snapshot import Host, Offering
+from nodus.scheduler.capacity import Host, Offering
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

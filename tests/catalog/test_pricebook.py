@@ -337,7 +337,7 @@ def test_a_bad_storage_price_is_refused(storage: str, message: str) -> None:
 
 
 def test_the_shipped_book_has_the_platform_fee_the_scheduler_defaults_to(book: PriceBook) -> None:
-    from nodus.scheduler.snapshot import PlatformFee
+    from nodus.scheduler.capacity import PlatformFee
 
     assert book.platform_fee == pricebook.PlatformFee(Decimal("0.20"), Decimal("0.05"))
     assert (book.platform_fee.per_gpu_hour, book.platform_fee.per_host_hour) == (

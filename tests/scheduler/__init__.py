@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nodus.scheduler import Host, Offering, Snapshot, Work
-from nodus.scheduler.snapshot import Use
+from nodus.scheduler.capacity import Use
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

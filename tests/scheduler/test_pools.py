@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nodus.scheduler import Binding, Host, Unschedulable, run_cycle
-from nodus.scheduler.snapshot import PlatformFee
+from nodus.scheduler.capacity import PlatformFee
 from tests.scheduler import make_host, make_offering, make_pool_host, make_snapshot, make_work, use
 
 FEE = PlatformFee(Decimal("0.20"), Decimal("0.05"))

@@ -36,7 +36,7 @@ from nodus.client.informers import Handler, Informer
 from nodus.client.workqueue import WorkQueue
 from nodus.controllers.jobs.gangs import ASSEMBLY_REASONS
 from nodus.controllers.manager import Result
-from nodus.scheduler import snapshot as snapshots
+from nodus.scheduler import capacity
 from nodus.scheduler.rooms import Demand, Room
 
 Object = dict[str, Any]
@@ -148,15 +148,15 @@ def unfit(
     indexes = placement.gpu_indexes if placement is not None else None
     if indexes is None and node.spec.pool is None:
         return "is in use" if others else None
-    host = snapshots.Host.from_object(node_obj, busy=False, uses=[snapshots.Use.from_object(a) for a in others])
+    host = capacity.Host.from_object(node_obj, busy=False, uses=[capacity.Use.from_object(a) for a in others])
     if host.shape is not None:
         room = Room.of(host, host.shape.gpu_indexes, host.shape.vcpu, host.shape.memory)
     elif offering_obj is not None:
-        offering = snapshots.Offering.from_object(offering_obj)
+        offering = capacity.Offering.from_object(offering_obj)
         room = Room.of(host, tuple(range(offering.gpus)), offering.vcpu, offering.memory)
     else:
         return "is of an offering gone from the price book"
-    held = snapshots.Use.from_object(attempt_obj)
+    held = capacity.Use.from_object(attempt_obj)
     demand = Demand(len(held.gpus), held.cpu, held.memory, held.whole)
     return room.why_not_at(None if indexes is None else tuple(indexes), demand)
 

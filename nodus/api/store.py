@@ -8,7 +8,8 @@ delete: preconditions, the kind's deletion check (a project that may not go), pr
 then either mark (deletionTimestamp) or remove.
 
 A kind contributes only its :class:`~nodus.api.strategy.Strategy`. Events are emitted by storage
-in the same transaction as the write, so there is no separate emit step that could be lost.
+in the same transaction as the write, so there is no separate emit step that could be lost; so are
+the rows the strategy's ``companions`` hook names for a create or an update (a Job's progress sample).
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ class GenericStore:
             return obj
         for attempt in range(_GENERATE_NAME_TRIES):
             try:
-                return await self.storage.create(self.key(namespace, metadata["name"]), obj)
+                key = self.key(namespace, metadata["name"])
+                return await self.storage.create(key, obj, self.strategy.companions(obj, None))
             except storage_errors.AlreadyExists:
                 if not prefix or body.get("metadata", {}).get("name") or attempt == _GENERATE_NAME_TRIES - 1:
                     raise errors.already_exists(self.info.plural, GROUP, metadata["name"]) from None
@@ -243,7 +245,7 @@ class GenericStore:
             return new
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return await self.storage.delete(key, new, expected)
-        return await self.storage.update(key, new, expected)
+        return await self.storage.update(key, new, expected, self.strategy.companions(new, old))
 
     async def update(
         self, namespace: str | None, name: str, body: Any, ctx: RequestContext, subresource: str = ""

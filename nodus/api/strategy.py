@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodus.apimachinery.fieldpath import FieldError
+from nodus.storage.committing import Companion
 
 Object = dict[str, Any]
 
@@ -56,3 +57,9 @@ class Strategy:
     def spec_changed(self, new: Object, old: Object) -> bool:
         """Whether ``metadata.generation`` moves: only a change of the desired state counts."""
         return new.get("spec") != old.get("spec")
+
+    def companions(self, new: Object, old: Object | None) -> tuple[Companion, ...]:
+        """Rows of other tables to store with this write, in its transaction (a Job's progress sample,
+        ADR 0054); called for every create (``old`` None) and update about to be stored, on any path. Pure;
+        return nothing when nothing they record changed, so such a write costs no extra statement."""
+        return ()

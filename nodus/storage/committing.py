@@ -10,6 +10,11 @@ that arrive while a batch is committing into the next batch: one lock, one trans
 one NOTIFY for many writes. A write that fails its precondition (exists, not found, stale
 resourceVersion) is simply not applied and takes no resourceVersion; an unexpected database error
 aborts the batch, whose writes are then retried one by one so that only the faulty one fails.
+
+A write may carry companions (:class:`Companion`): rows of other tables that belong to this write, such as
+a Job's progress sample (ADR 0054). Each is written right after its write is applied, in the same
+transaction, and only if it was applied: they commit or fail together. A write without companions runs
+exactly the statements it ran before companions existed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import asyncpg
 
@@ -86,14 +91,23 @@ SELECT pg_notify($2, $1::text)
 Operation = Literal["create", "update", "delete"]
 
 
+class Companion(Protocol):
+    """A row that belongs to one write, written in its transaction once the write is applied."""
+
+    async def write(self, conn: asyncpg.Connection, stored: dict[str, Any]) -> None:
+        """Write the row for ``stored`` (the body as stored, with its new resourceVersion). An error
+        fails the write it belongs to (and is isolated from the rest of its batch)."""
+
+
 @dataclass(slots=True)
 class Write:
-    """One write: the full new body (create, update) or the final body (delete)."""
+    """One write: the full new body (create, update) or the final body (delete), and its companions."""
 
     operation: Operation
     key: Key
     body: dict[str, Any]
     expected_rv: int | None = None
+    companions: tuple[Companion, ...] = ()
     done: asyncio.Future[dict[str, Any]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -179,6 +193,8 @@ class Committer:
                 except _Rejected as rejected:
                     outcomes.append((write, rejected.error))
                     continue
+                for companion in write.companions:
+                    await companion.write(conn, stored)
                 outcomes.append((write, stored))
                 last_rv = next_rv
                 next_rv += 1

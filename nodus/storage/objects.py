@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 
 from nodus.storage import database
-from nodus.storage.committing import Committer, Write
+from nodus.storage.committing import Committer, Companion, Write
 from nodus.storage.errors import Key, StorageError
 from nodus.storage.listing import ListCursor, ListQuery
 from nodus.storage.watchcache import WatchCache
@@ -169,13 +169,16 @@ class Storage:
 
     # --- writes --------------------------------------------------------------------------------
 
-    async def create(self, key: Key, body: dict[str, Any]) -> dict[str, Any]:
-        """Store a new object. Raises AlreadyExists."""
-        return await self.committer.submit(Write("create", key, body))
+    async def create(self, key: Key, body: dict[str, Any], companions: tuple[Companion, ...] = ()) -> dict[str, Any]:
+        """Store a new object, and its ``companions`` in the same transaction. Raises AlreadyExists."""
+        return await self.committer.submit(Write("create", key, body, companions=companions))
 
-    async def update(self, key: Key, body: dict[str, Any], expected_rv: int) -> dict[str, Any]:
-        """Replace an object if it is still at ``expected_rv``. Raises NotFound or Conflict."""
-        return await self.committer.submit(Write("update", key, body, expected_rv))
+    async def update(
+        self, key: Key, body: dict[str, Any], expected_rv: int, companions: tuple[Companion, ...] = ()
+    ) -> dict[str, Any]:
+        """Replace an object if it is still at ``expected_rv``, and write its ``companions`` in the same
+        transaction. Raises NotFound or Conflict."""
+        return await self.committer.submit(Write("update", key, body, expected_rv, companions))
 
     async def delete(self, key: Key, body: dict[str, Any], expected_rv: int) -> dict[str, Any]:
         """Remove an object if it is still at ``expected_rv``; ``body`` is what the DELETED event

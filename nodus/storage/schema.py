@@ -148,3 +148,18 @@ project_storage_hours = sa.Table(
         postgresql_where=sa.text("amount > 0 AND charged_at IS NULL"),
     ),
 )
+
+# A Job's progress history (migration 0012, nodus.storage.progresssamples): a sample per write that changed its
+# progress or cost, in commit order; it goes with the Job (ON DELETE CASCADE), at most 2,000 per Job.
+progress_samples = sa.Table(
+    "progress_samples",
+    metadata,
+    sa.Column("job_uid", sa.Text, sa.ForeignKey("objects.uid", ondelete="CASCADE"), nullable=False),
+    sa.Column("rv", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("time", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("completed", sa.BigInteger, nullable=True),
+    sa.Column("total", sa.BigInteger, nullable=True),
+    sa.Column("metrics", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("cost_usd", sa.Text, nullable=True),
+    sa.PrimaryKeyConstraint("job_uid", "rv"),
+)

@@ -7,17 +7,19 @@ over, and the new spec is canonicalised and defaulted the same way, so an update
 defaulted field keeps it defaulted instead of reading as a change. Preparers never raise; the
 validators never mutate and return every problem at once (``validation``). What the agent will connect
 to (``destinationrules``) and what the runtime cannot run (``validation_runnable``) are checked on create
-only, so a Job stored before such a rule can still be cancelled or suspended.
+only, so a Job stored before such a rule can still be cancelled or suspended. A write that changes the shown
+progress or cost stores a sample of the Job's progress history with it (``samples``, ADR 0054).
 """
 
 from __future__ import annotations
 
 from nodus.api.kinds import destinationrules
-from nodus.api.kinds.job import aliases, defaults, notices, validation
+from nodus.api.kinds.job import aliases, defaults, notices, samples, validation
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import estimates, fieldpath
 from nodus.apimachinery.destinations import Policy
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.storage.committing import Companion
 
 _CEILING_PATH = Path("metadata", "annotations").key(estimates.RATE_CEILING)
 
@@ -69,3 +71,8 @@ class JobStrategy(Strategy):
 
     def warnings_on_update(self, new: Object, old: Object) -> list[str]:
         return notices.on_update(new, old)
+
+    def companions(self, new: Object, old: Object | None) -> tuple[Companion, ...]:
+        """A sample of the progress history when the write changes the Job's progress or cost (``samples``)."""
+        sample = samples.recorded(new, old)
+        return (sample,) if sample is not None else ()

@@ -20,6 +20,8 @@ from nodus.api.errors import APIError, internal
 from nodus.api.http import (
     billing,
     blobs,
+    console,
+    consolepages,
     credits,
     discovery,
     drain,
@@ -136,6 +138,8 @@ def create_app(server: APIServer) -> FastAPI:
         ("/openapi/v3/apis/nodus.dev/v1", openapi.serve_v3_group),
     ):
         router.add_route(path, endpoint, methods=["GET"])
+    for path, endpoint, methods in console.ROUTES:  # the web console (ADR 0053)
+        router.add_route(path, endpoint, methods=methods)
     # Before the catch-all: the log and secret values subresources are served by their own handlers.
     every_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     router.add_route("/apis/nodus.dev/v1/projects/{name}/credits", credits.credits, every_method)
@@ -175,4 +179,6 @@ def create_app(server: APIServer) -> FastAPI:
     for unavailable in (StorageError, OSError, TimeoutError):
         app.add_exception_handler(unavailable, _unexpected)
     app.add_middleware(RequestMiddleware, server=server)
+    # Outermost: the console's security headers reach its error responses too.
+    app.add_middleware(consolepages.SecurityHeaders)
     return app

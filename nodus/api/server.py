@@ -15,6 +15,8 @@ from nodus.api.auth.principal import Principal
 from nodus.api.auth.tokens import TokenAuthenticator
 from nodus.api.blobcollection import BlobCollector, CollectionSettings
 from nodus.api.blobservice import Blobs
+from nodus.api.consoleassets import ConsoleAssets
+from nodus.api.consolesessions import ConsoleSessions
 from nodus.api.credits import Credits
 from nodus.api.estimates import JobEstimates
 from nodus.api.garbagecollection import GarbageCollector
@@ -107,6 +109,9 @@ class APIServer:
         self.ledger = LedgerDoor(self.storage, self.price_book)
         self.authorizer = Authorizer(self._project, self._projects_for, StoredNodeGraph(self.storage, self.blob_store))
         self.blob_collector = self._blob_collector()
+        # The web console (ADR 0053): its sessions, and its static files read once here.
+        self.console_sessions = ConsoleSessions(self.storage)
+        self.console_assets = ConsoleAssets.load()
         self.ready = False
 
     async def start(self) -> None:
@@ -121,6 +126,7 @@ class APIServer:
         self.garbage_collector.start()
         if self.blob_collector is not None:
             self.blob_collector.start()
+        self.console_sessions.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -128,6 +134,7 @@ class APIServer:
         await self.garbage_collector.stop()
         if self.blob_collector is not None:
             await self.blob_collector.stop()
+        await self.console_sessions.stop()
         await self.storage.stop()
 
     async def storage_reachable(self) -> bool:

@@ -31,8 +31,17 @@ def shown(obj: JSONObject) -> Sample | None:
     return Sample(completed, total, metrics, cost_usd)
 
 
+def _raw(obj: JSONObject) -> tuple[object, object, object]:
+    """The parts of the status a sample is made of, as stored: equal parts make equal samples."""
+    progress = child(obj, "status", "progress") or {}
+    cost = child(obj, "status", "cost") or {}
+    return progress.get("units"), progress.get("metrics"), cost.get("totalUSD")
+
+
 def recorded(new: JSONObject, old: JSONObject | None) -> Sample | None:
     """The sample a write from ``old`` (None: a create) to ``new`` records, or None when it records none."""
+    if old is not None and _raw(new) == _raw(old):
+        return None  # the common case (a phase, a condition, a heartbeat), decided without building samples
     sample = shown(new)
     if sample is None or (old is not None and shown(old) == sample):
         return None

@@ -29,8 +29,10 @@ from nodus.api.http import (
     logs,
     nodecredentials,
     outputs,
+    progress,
     resources,
     secrets,
+    spend,
     streaming,
     system,
     workspaces,
@@ -157,6 +159,7 @@ def create_app(server: APIServer) -> FastAPI:
         "/apis/nodus.dev/v1/namespaces/{namespace}/ledger/storage/{subject}", billing.storage_state, every_method
     )
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/statement", billing.statement, every_method)
+    router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/ledger/spend", spend.project_spend, every_method)
     router.add_route("/apis/nodus.dev/v1/ledger/verify", billing.verification, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/attempts/{name}/log", logs.attempt_log, every_method)
     router.add_route("/apis/nodus.dev/v1/namespaces/{namespace}/jobs/{name}/log", logs.job_log, every_method)
@@ -166,6 +169,7 @@ def create_app(server: APIServer) -> FastAPI:
     router.add_route(f"{namespaced}/blobs", blobs.upload, every_method)
     router.add_route(f"{namespaced}/blobs/{{digest}}", blobs.download, with_head)
     router.add_route(f"{namespaced}/jobs/{{name}}/outputs/{{output}}", outputs.job_output, with_head)
+    router.add_route(f"{namespaced}/jobs/{{name}}/progress", progress.job_progress, every_method)
     router.add_route(f"{namespaced}/volumes/{{name}}/revisions", blobs.volume_revision, every_method)
     router.add_route(f"{namespaced}/workspaces/{{name}}/revisions", workspaces.revisions, every_method)
     router.add_route(f"{namespaced}/workspaces/{{name}}/revisions/{{number}}", workspaces.revision, with_head)

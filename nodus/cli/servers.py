@@ -24,7 +24,7 @@ from nodus.api.auth.requestheader import RequestHeaderConfig
 from nodus.api.server import APIServer
 from nodus.api.settings import ServerSettings
 from nodus.apimachinery.sealing import KeyFileError, Keyring
-from nodus.cli import certificates, devregistry, kubeconfig, processes
+from nodus.cli import certificates, console, devregistry, kubeconfig, processes
 from nodus.cli.serving import Listener, serve
 from nodus.controllers import assembly
 from nodus.controllers.assembly import ControllerSettings
@@ -250,6 +250,9 @@ async def _serve_announced(
     if ready.is_set():
         running = asyncio.ensure_future(assembly.run(controllers))
         print(f"Nodus is serving on {url}; to use it: export KUBECONFIG={config}", flush=True)
+        link = await console.dev_login_link(server, url, config)
+        if link is not None:
+            print(f"Console: {link}", flush=True)
     await task
     if running is not None and not running.done():
         await stop_controllers()

@@ -6,13 +6,19 @@ could send (other origins, open redirects, reflected markup, path traversal in e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
 import re
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from http.cookies import SimpleCookie
+from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import asyncpg
@@ -20,6 +26,7 @@ import httpx
 import pytest
 
 from nodus.apimachinery.sealing import Keyring
+from nodus.cli import kubeconfig
 from nodus.storage import database
 from tests.conftest import make_project
 from tests.support import cluster as clusters
@@ -308,6 +315,89 @@ def test_only_a_credential_that_is_not_a_session_mints_login_codes(cluster: Clus
     with with_session(cluster, cookie, csrf_of(cluster, cookie)) as session:
         from_session = session.post("/console/api/logincodes")
     assert from_session.status_code == 403 and "nodus console" in from_session.json()["fix"]
+
+
+def nodus(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return subprocess.run(
+        [sys.executable, "-m", "nodus", *args], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+
+
+def test_nodus_console_prints_a_link_that_logs_the_kubeconfigs_user_in(cluster: Cluster) -> None:
+    printed = nodus("console", "--kubeconfig", str(cluster.kubeconfig("bob")))
+    assert printed.returncode == 0, printed.stderr
+    [url] = printed.stdout.splitlines()
+    assert url.startswith(f"{cluster.url}/console/login?code=") and "works once" in printed.stderr
+    with browser(cluster) as client:
+        landed = client.get(path_of(url))
+        assert landed.status_code == 303
+        assert client.get("/console/api/session").json()["user"] == "bob"
+
+
+def test_nodus_console_says_what_is_wrong(cluster: Cluster, tmp_path: Path) -> None:
+    missing = nodus("console")
+    assert missing.returncode != 0 and "--kubeconfig" in missing.stderr
+    unreadable = nodus("console", "--kubeconfig", str(tmp_path / "nowhere"))
+    assert unreadable.returncode != 0 and "cannot read the kubeconfig" in unreadable.stderr
+    wrong_token = tmp_path / "wrong-token"
+    kubeconfig.write(wrong_token, cluster.url, cluster.ca_file, "not-a-token")
+    refused = nodus("console", "--kubeconfig", str(wrong_token))
+    assert refused.returncode != 0 and "401 Unauthorized" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    down = tmp_path / "down"
+    kubeconfig.write(down, f"https://127.0.0.1:{clusters.free_port()}", cluster.ca_file, cluster.tokens["bob"])
+    unreachable = nodus("console", "--kubeconfig", str(down))
+    assert unreachable.returncode != 0 and "cannot reach the API server" in unreachable.stderr
+
+
+@contextlib.contextmanager
+def nodus_dev(data_dir: Path, port: int, database_url: str) -> Iterator[str]:
+    """``nodus dev`` (no image registry) running until the block ends: the Console link it printed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NODUS_DATABASE_URL", "KUBECONFIG")}
+    args = ["dev", "--data-dir", str(data_dir), "--port", str(port), "--database-url", database_url]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nodus", *args, "--registry-port", "0", "--sim-runtime", "unsandboxed"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    try:
+        lines: list[str] = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("Console: ") or len(lines) > 50:
+                break
+        assert len(lines) >= 2 and lines[-1].startswith("Console: "), "".join(lines)
+        assert "export KUBECONFIG=" in lines[-2]
+        yield lines[-1].removeprefix("Console: ").strip()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            process.stdout.close()
+
+
+def test_nodus_dev_prints_a_new_console_link_at_each_start(database_server: str, tmp_path: Path) -> None:
+    url = asyncio.run(database.create_database(database_server))
+    port = clusters.free_port()
+    data_dir = tmp_path / "dev"
+    try:
+        with nodus_dev(data_dir, port, url) as first:
+            assert first.startswith(f"https://127.0.0.1:{port}/console/login?code=")
+            ca = ssl.create_default_context(cafile=str(data_dir / "pki" / "ca.crt"))
+            with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=ca, timeout=30) as client:
+                landed = client.get(path_of(first))
+                assert landed.status_code == 303 and landed.headers["location"] == "/console/#/projects/default/jobs"
+                assert client.get("/console/api/session").json()["user"] == "admin"
+                assert client.get(path_of(first)).status_code == 401
+        with nodus_dev(data_dir, port, url) as second:
+            assert second.startswith(f"https://127.0.0.1:{port}/console/login?code=") and second != first
+    finally:
+        asyncio.run(database.drop_database(url))
 
 
 @pytest.mark.parametrize(

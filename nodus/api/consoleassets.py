@@ -84,6 +84,9 @@ class ConsoleAssets:
             return None
         return self._assets.get(name)
 
+    def has(self, name: str) -> bool:
+        return name in self._assets
+
     def url(self, name: str) -> str:
         """Where the browser fetches ``name`` of this build."""
         return f"{self.prefix}/{name}"

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from http.cookies import SimpleCookie
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import asyncpg
@@ -633,3 +634,82 @@ def test_assets_are_versioned(cluster: Cluster) -> None:
         assert client.get(f"{prefix}/login.css").status_code == 200
         assert client.get("/console/assets/000000000000/login.css").status_code == 404
         assert client.head(f"{prefix}/login.css").status_code == 200
+
+
+# --- in a real browser --------------------------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Chromium (Debian's package) driven by Playwright; skipped with the fix when either is missing."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/install-system-packages lists it)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def attacker_page(context: Any, body: str) -> Any:
+    """A page of https://evil.example (served by the browser's own routing) holding ``body``."""
+    page = context.new_page()
+    page.route(
+        "https://evil.example/",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=f"<!doctype html>{body}"),
+    )
+    return page
+
+
+def test_a_person_logs_in_with_the_form_and_the_cookie_is_out_of_scripts_reach(cluster: Cluster, chromium: Any) -> None:
+    context = chromium.new_context(ignore_https_errors=True)
+    try:
+        page = context.new_page()
+        page.goto(f"{cluster.url}/console/")
+        assert page.url == f"{cluster.url}/console/login"
+        page.fill("#token", cluster.tokens["alice"])
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{cluster.url}/console/")
+        [cookie] = [c for c in context.cookies() if c["name"] == "nodus-session"]
+        assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+        assert "nodus-session" not in page.evaluate("document.cookie")
+        described = page.evaluate("fetch('/console/api/session').then(r => r.json())")
+        assert described["user"] == "alice"
+    finally:
+        context.close()
+
+
+def test_another_site_can_neither_log_a_browser_in_nor_act_with_its_session(cluster: Cluster, chromium: Any) -> None:
+    context = chromium.new_context(ignore_https_errors=True)
+    try:
+        evil = attacker_page(
+            context,
+            f'<form method="post" action="{cluster.url}/console/login"><input name="token" '
+            f'value="{cluster.tokens["admin"]}"></form><script>document.forms[0].submit()</script>',
+        )
+        evil.goto("https://evil.example/")
+        evil.wait_for_url(f"{cluster.url}/console/login")
+        assert "was not sent from this console" in evil.content()
+        assert [c for c in context.cookies() if c["name"] == "nodus-session"] == []
+
+        # Logged in for real, the same browser visits the attacker again, whose form tries to end the session.
+        page = context.new_page()
+        page.goto(f"{cluster.url}/console/login")
+        page.fill("#token", cluster.tokens["alice"])
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{cluster.url}/console/")
+        evil = attacker_page(
+            context,
+            f'<form method="post" action="{cluster.url}/console/logout"></form>'
+            "<script>document.forms[0].submit()</script>",
+        )
+        evil.goto("https://evil.example/")
+        evil.wait_for_url(f"{cluster.url}/console/logout")
+        # SameSite=Strict kept the cookie off the attacker's request, and it carried no CSRF token either.
+        assert page.evaluate("fetch('/console/api/session').then(r => r.status)") == 200
+    finally:
+        context.close()

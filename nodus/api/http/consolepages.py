@@ -107,6 +107,7 @@ def login_page(
             f"<p><strong>{escape(problem)}</strong></p>" + (f"<p>{escape(fix)}</p>" if fix else "") + "</div>"
         )
     hidden = f'<input type="hidden" name="next" value="{escape(next_path)}">' if next_path else ""
+    icon = f'<link rel="icon" href="{escape(assets.url("favicon.svg"))}">' if assets.has("favicon.svg") else ""
     html = f"""<!doctype html>
 <html lang="en">
 <head>
@@ -115,6 +116,7 @@ def login_page(
 <meta name="referrer" content="same-origin">
 <title>Log in · Nodus console</title>
 <link rel="stylesheet" href="{escape(assets.url("login.css"))}">
+{icon}
 </head>
 <body>
 <main class="login">

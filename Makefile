@@ -13,17 +13,31 @@ TORCH       := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Flags for `nodus dev` (e.g. DEV_ARGS='--data-dir /tmp/nodus --port 9443').
 DEV_ARGS ?=
+# The web console's browser libraries (console/package.json, locked): uPlot and yaml are copied into
+# nodus/console/vendor/ (gitignored, served with the console); axe-core stays in console/node_modules for the
+# accessibility test. The target is the last file copied, so a changed lock file copies them again.
+CONSOLE_VENDOR := nodus/console/vendor/uPlot.iife.min.js
 
-.PHONY: dev test lint unit e2e test-slow openapi bench kubectl clean fmt
+.PHONY: dev test lint unit e2e test-slow openapi bench kubectl clean fmt console
 
-$(RUN_STAMP): pyproject.toml
+$(CONSOLE_VENDOR): console/package.json console/package-lock.json
+	@command -v npm >/dev/null || { echo "make: the web console's libraries need npm (apt-get install npm)" >&2; exit 1; }
+	npm ci --prefix console --no-audit --no-fund --loglevel=error
+	rm -rf nodus/console/vendor && mkdir -p nodus/console/vendor/yaml
+	cp -R console/node_modules/yaml/browser/dist/. nodus/console/vendor/yaml/
+	cp console/node_modules/uplot/dist/uPlot.min.css console/node_modules/uplot/dist/uPlot.iife.min.js nodus/console/vendor/
+
+## The web console's vendored libraries (uPlot, yaml) and its test's axe-core.
+console: $(CONSOLE_VENDOR)
+
+$(RUN_STAMP): pyproject.toml | $(CONSOLE_VENDOR)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	./.ci/install-system-packages
 	touch $(RUN_STAMP)
 
-$(TEST_STAMP): $(RUN_STAMP)
+$(TEST_STAMP): $(RUN_STAMP) | $(CONSOLE_VENDOR)
 	$(BIN)/python -m pip install --quiet --no-index --no-deps '$(TORCH)' 2>/dev/null \
 	  || $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) '$(TORCH)'
 	$(BIN)/python -m pip install --quiet -e '.[test,lint]'

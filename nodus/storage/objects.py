@@ -94,6 +94,10 @@ class Storage:
     # --- reads ---------------------------------------------------------------------------------
 
     async def get(self, key: Key) -> dict[str, Any] | None:
+        """The stored object, or None. A key with a NUL character names nothing (PostgreSQL text cannot hold
+        one, and the query would fail): None, so a request naming one is a 404, not a 500."""
+        if "\x00" in key.namespace or "\x00" in key.name:
+            return None
         async with self._connection() as conn:
             body = await conn.fetchval(
                 "SELECT body FROM objects WHERE kind = $1 AND namespace = $2 AND name = $3",

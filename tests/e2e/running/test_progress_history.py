@@ -130,7 +130,9 @@ def test_strangers_and_missing_things(running: Running) -> None:
     missing = get(running, "carol", f"{project}/jobs/never-created/progress")
     assert missing.status_code == 404 and "never-created" in missing.json()["message"]
     with running.client("admin") as admin:
-        assert admin.get(f"{API}/namespaces/no-such-project-x/ledger/spend").status_code == 404
+        for missing_project in ("no-such-project-x", "a%00b"):
+            absent = admin.get(f"{API}/namespaces/{missing_project}/ledger/spend")
+            assert absent.status_code == 404 and absent.json()["kind"] == "Status", absent.text
         # Reads only: a write to either is refused, and records nothing.
         posted = admin.post(f"{API}/namespaces/{project}/jobs/train/progress", json={"samples": []})
         assert posted.status_code == 405, posted.text
@@ -160,3 +162,23 @@ def test_a_bad_days_is_a_422_naming_it(running: Running, days: str) -> None:
     assert status["details"]["causes"][0]["field"] == "days"
     assert "days" in status["message"] and "1 to 366" in status["message"]
     assert "days=N" in status["fix"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("..", id="dot-dot"),
+        pytest.param("%2e%2e", id="encoded-dot-dot"),
+        pytest.param("train%2Fprogress", id="encoded-slash"),
+        pytest.param("x" * 300, id="long"),
+        pytest.param("%C3%A9t%C3%A9", id="unicode"),
+        pytest.param("%00", id="nul"),
+    ],
+)
+def test_hostile_job_names_find_nothing(running: Running, name: str) -> None:
+    project = make_project(running)
+    with running.client("carol") as carol:
+        answer = carol.get(f"{API}/namespaces/{project}/jobs/{name}/progress")
+    assert answer.status_code in (400, 404), answer.text
+    assert answer.json()["kind"] == "Status"
+    assert "samples" not in answer.text

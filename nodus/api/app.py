@@ -32,6 +32,7 @@ from nodus.api.http import (
     progress,
     resources,
     secrets,
+    serverinfo,
     spend,
     streaming,
     system,
@@ -124,6 +125,7 @@ def create_app(server: APIServer) -> FastAPI:
     router: Any = app.router
     for path, endpoint in (
         ("/version", system.get_version),
+        ("/serverinfo", serverinfo.server_info),
         ("/healthz", system.livez),
         ("/livez", system.livez),
         ("/readyz", system.readyz),

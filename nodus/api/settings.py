@@ -30,6 +30,8 @@ class ServerSettings:
     pool_size: int = 20
     # Base of the docs links in errors; the request's own base URL when empty.
     external_url: str = ""
+    # The image `nodus run` puts in a Job that names none (GET /serverinfo announces it; "": none).
+    default_image: str = ""
     compaction_interval: float = 60.0
     # How often the garbage collector re-checks everything even when no deletion was seen.
     gc_resync: float = 5.0

@@ -77,6 +77,12 @@ def _add_server_flags(parser: argparse.ArgumentParser, funded_window: bool = Tru
     )
     parser.add_argument("--external-url", default="", help="base URL of the docs links in error responses")
     parser.add_argument(
+        "--default-image",
+        metavar="IMAGE",
+        help="the image nodus run gives a Job that names none, announced at GET /serverinfo (default: none; "
+        "nodus dev: its registry's python image, else python:3.11)",
+    )
+    parser.add_argument(
         "--secret-key-file",
         type=Path,
         metavar="FILE",

@@ -44,6 +44,7 @@ def _settings(args: argparse.Namespace, url: str, token_file: Path | None, **ext
         watch_retention=args.watch_retention,
         watch_cache_capacity=args.watch_cache_size,
         external_url=args.external_url,
+        default_image=args.default_image or "",
         bookmark_interval=args.watch_bookmark_interval.total_seconds(),
         min_request_timeout=args.min_request_timeout.total_seconds(),
         max_watches_per_user=args.max_watches_per_user,
@@ -147,6 +148,9 @@ def dev(args: argparse.Namespace) -> None:
     args.allow_loopback_endpoints = True
     try:
         registry = _dev_images(args, data_dir)
+        if args.default_image is None:
+            # What `nodus run` runs without --image: the base image the hosts can pull from the dev registry.
+            args.default_image = registry.reference(devregistry.PYTHON) if registry is not None else "python:3.11"
         if not url:
             embedded = database.EmbeddedPostgres(data_dir / "postgres")
             url = embedded.start()

@@ -1,0 +1,286 @@
+"""``nodus run`` and ``nodus attach`` as a person uses them: the real CLI, as a subprocess, against the running
+cluster with a project member's kubeconfig. Ctrl-C is a real SIGINT to a CLI whose stdout is a terminal (a pty).
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.running.conftest import Running
+from tests.support.images import registry_python_image
+from tests.support.objects import API
+
+pytestmark = pytest.mark.e2e
+
+
+def nodus(running: Running, project: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``nodus ARGS`` as alice (the project's Owner), stdin not a terminal, stdout a pipe (plain output)."""
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project)), "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "nodus.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def jobs(running: Running, project: str) -> list[dict[str, Any]]:
+    with running.client() as client:
+        response = client.get(f"{API}/namespaces/{project}/jobs")
+        assert response.status_code == 200, response.text
+        return list(response.json()["items"])
+
+
+def cancel(running: Running, project: str, name: str) -> None:
+    with running.client() as client:
+        response = client.patch(
+            f"{API}/namespaces/{project}/jobs/{name}",
+            json={"spec": {"state": "Cancelled"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+
+
+def created_name(stdout: str) -> str:
+    line = next(line for line in stdout.splitlines() if line.startswith("job/") and line.endswith(" created"))
+    return line.removeprefix("job/").removesuffix(" created")
+
+
+def test_run_shows_the_estimate_the_output_and_the_cost(running: Running) -> None:
+    project = running.project()
+    image = registry_python_image()
+    done = nodus(running, project, "run", "--yes", "--image", image, "--", "python", "-c", "print(42)")
+    out = done.stdout
+    assert done.returncode == 0, f"{out}\n{done.stderr}\n{running.logs()}"
+    assert "Cost USD" in out and "Rate USD/h" in out, "the estimate table comes first"
+    name = created_name(out)
+    assert name.startswith("python-"), name
+    assert "42" in out.splitlines(), out
+    assert f"job/{name} Succeeded" in out
+    assert "cost: " in out
+    # the order a person reads: estimate, created, the program's output, the outcome
+    assert out.index("Cost USD") < out.index(f"job/{name} created") < out.index("\n42\n") < out.rindex("Succeeded")
+    stored = running.job(project, name)
+    assert stored["spec"]["image"] == image and stored["spec"]["command"] == ["python", "-c", "print(42)"]
+    assert stored["status"]["phase"] == "Succeeded"
+    cost_line = next(line for line in out.splitlines() if line.startswith("cost: "))
+    assert stored["status"]["cost"]["totalUSD"] in cost_line or "USD" in cost_line
+
+
+TRAINING = """import json, os, time
+for step in range(1, 11):
+    with open(os.environ["NODUS_PROGRESS_FILE"], "a") as progress:
+        progress.write(json.dumps({"completed": step, "total": 10, "metrics": {"loss": 1 / step}}) + "\\n")
+    print("step", step, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_progress_and_metrics_are_followed(running: Running) -> None:
+    project = running.project()
+    done = nodus(running, project, "run", "--yes", "--image", registry_python_image(), "--", "python", "-c", TRAINING)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("progress ")]
+    assert progress and progress[-1].startswith("progress 10/10 (100%)"), done.stdout
+    assert "loss=0.1" in progress[-1]
+    assert "step 10" in lines
+
+
+def test_a_failing_command_exits_1_with_the_reason(running: Running) -> None:
+    project = running.project()
+    manifest = running.directory / f"fail-{project}.yaml"
+    manifest.write_text("kind: Job\nspec:\n  recovery: {maxAttempts: 1}\n")
+    done = nodus(
+        running,
+        project,
+        "run",
+        "-f",
+        str(manifest),
+        "--yes",
+        "--image",
+        registry_python_image(),
+        "--name",
+        "boom",
+        "--",
+        "python",
+        "-c",
+        "import sys; print('about to fail', flush=True); sys.exit(3)",
+    )
+    assert done.returncode == 1, f"{done.stdout}\n{done.stderr}"
+    assert "about to fail" in done.stdout
+    stored = running.job(project, "boom")
+    assert stored["status"]["phase"] == "Failed"
+    reason = stored["status"]["reason"]
+    assert "job/boom Failed in" in done.stdout and reason in done.stdout, done.stdout
+    assert "attempt boom-0-1 failed with exit code 3" in done.stdout
+
+
+def test_source_is_uploaded_without_what_gitignore_names(running: Running, tmp_path: Path) -> None:
+    project = running.project()
+    source = tmp_path / "src"
+    (source / "pkg").mkdir(parents=True)
+    (source / "main.py").write_text("print('main ran')\n")
+    (source / "pkg" / "util.py").write_text("")
+    (source / "secret.env").write_text("TOKEN=hunter2\n")
+    (source / ".gitignore").write_text("*.env\n")
+    (source / ".git").mkdir()
+    (source / ".git" / "config").write_text("")
+    listing = (
+        "import os; print(sorted(os.listdir('.'))); print(sorted(os.listdir('pkg'))); exec(open('main.py').read())"
+    )
+    done = nodus(
+        running, project, "run", "--yes", "--image", registry_python_image(), "--source", str(source),
+        "--", "python", "-c", listing,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert "main ran" in done.stdout
+    listed = next(line for line in done.stdout.splitlines() if line.startswith("[") and "main.py" in line)
+    assert "secret.env" not in listed and ".git'" not in listed, listed
+    assert "'.gitignore'" in listed and "'pkg'" in listed
+    assert "1 ignored by .gitignore" in done.stderr
+    stored = running.job(project, created_name(done.stdout))
+    digest = stored["spec"]["source"]["blob"]
+    assert digest.startswith("sha256:") and digest in done.stderr
+
+
+def test_detach_then_attach_follows_the_logs_until_cancelled(running: Running) -> None:
+    project = running.project()
+    program = "import time; print('tick', flush=True); time.sleep(600)"
+    detached = nodus(
+        running, project, "run", "--yes", "--detach", "--image", registry_python_image(), "--name", "long",
+        "--", "python", "-c", program,
+    )  # fmt: skip
+    assert detached.returncode == 0, detached.stderr
+    assert detached.stdout.strip().endswith("job/long created")
+    assert "nodus attach long -n " + project in detached.stderr
+    assert running.job(project, "long")["status"].get("phase") not in ("Succeeded", "Failed", "Cancelled")
+
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project))}
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "nodus.cli.main", "attach", "long", "-n", project],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert attach.stdout is not None
+        seen = []
+        for line in attach.stdout:
+            seen.append(line)
+            if line.strip() == "tick":
+                break
+        assert seen and seen[-1].strip() == "tick", "".join(seen)
+        cancel(running, project, "long")
+        rest, _ = attach.communicate(timeout=120)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+    out = "".join(seen) + rest
+    assert attach.returncode == 1, out
+    assert "job/long Cancelled" in out
+
+    again = nodus(running, project, "attach", "long")
+    assert again.returncode == 1 and "job/long Cancelled" in again.stdout, again.stdout
+
+
+def test_attach_to_a_job_that_succeeded_prints_its_summary(running: Running) -> None:
+    project = running.project()
+    done = nodus(
+        running, project, "run", "-y", "-d", "--image", registry_python_image(), "--name", "quick",
+        "--", "python", "-c", "print(1)",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    running.wait_phase(project, "quick", "Succeeded")
+    attached = nodus(running, project, "attach", "quick", "-n", project)
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    assert "job/quick Succeeded" in attached.stdout and "cost: " in attached.stdout
+    missing = nodus(running, project, "attach", "nothing-here")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("Error from server (NotFound): ")
+
+
+def test_ctrl_c_detaches_and_the_job_keeps_running(running: Running) -> None:
+    project = running.project()
+    program = "import time; print('started', flush=True); time.sleep(600)"
+    args = [sys.executable, "-m", "nodus.cli.main", "run", "--yes", "--image", registry_python_image()]
+    args += ["--name", "sleeper", "-n", project, "--", "python", "-c", program]
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project)), "TERM": "xterm"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, its stdout a terminal
+        os.execve(sys.executable, args, env)
+    output = b""
+    try:
+        output = _read_until(fd, b"started", 240)
+        assert b"started" in output, output.decode(errors="replace")
+        os.kill(pid, signal.SIGINT)
+        output += _read_until(fd, None, 60)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 130, text
+    assert f"nodus attach sleeper -n {project}" in text and f"nodus cancel sleeper -n {project}" in text, text
+    job = running.job(project, "sleeper")
+    assert job["status"]["phase"] == "Running", job["status"]
+    cancel(running, project, "sleeper")
+    running.wait_phase(project, "sleeper", "Cancelled")
+
+
+def _read_until(fd: int, marker: bytes | None, timeout: float) -> bytes:
+    """What the pty prints until ``marker`` (None: until the child closes it), within ``timeout`` seconds."""
+    data = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return data
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child exited and the pty closed
+            return data
+        if not chunk:
+            return data
+        data += chunk
+        if marker is not None and marker in data:
+            return data
+
+
+def test_a_blocked_estimate_creates_nothing(running: Running) -> None:
+    project = running.project(credit=None)
+    done = nodus(running, project, "run", "--yes", "--image", "python:3.11", "--gpu", "H100:8", "--", "true")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "BLOCKED " in done.stdout and "fix: " in done.stdout, done.stdout
+    assert "not created: the estimate is blocked" in done.stderr
+    assert jobs(running, project) == []
+
+
+def test_bad_flags_and_no_image_are_refused_before_anything_is_sent(running: Running) -> None:
+    project = running.project()
+    unknown = nodus(running, project, "run", "--yes", "--gpu", "V100:1", "--", "true")
+    assert unknown.returncode == 1
+    assert "unknown GPU type 'V100'; known types: B200, H200, H100" in unknown.stderr
+    no_image = nodus(running, project, "run", "--yes", "--", "true")
+    assert no_image.returncode == 1
+    assert "the server announces no default image; pass --image IMAGE" in no_image.stderr
+    unasked = nodus(running, project, "run", "--image", "python:3.11", "--", "true")
+    assert unasked.returncode == 2
+    assert "pass --yes to create without asking" in unasked.stderr
+    assert "Cost USD" in unasked.stdout, "the estimate is shown before asking"
+    refused = nodus(running, project, "run", "--yes", "--image", "python:3.11", "--name", "Bad_Name", "--", "true")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error from server (Invalid): "), refused.stderr
+    assert jobs(running, project) == []

@@ -713,3 +713,28 @@ def test_another_site_can_neither_log_a_browser_in_nor_act_with_its_session(clus
         assert page.evaluate("fetch('/console/api/session').then(r => r.status)") == 200
     finally:
         context.close()
+
+
+def test_a_login_link_followed_from_another_site_lands_logged_in(cluster: Cluster, chromium: Any) -> None:
+    """A browser keeps a SameSite=Strict cookie off every request of a navigation another site started, the 303
+    included; the link's answer then is a page of this origin that moves on by itself, with the cookie."""
+    link = login_code_url(cluster, "carol")
+    context = chromium.new_context(ignore_https_errors=True)
+    try:
+        chat = attacker_page(context, f'<a id="link" href="{link}">open the console</a>')
+        chat.goto("https://evil.example/")
+        chat.click("#link")
+        chat.wait_for_url(f"{cluster.url}/console/#/projects/default/jobs")
+        assert chat.evaluate("fetch('/console/api/session').then(r => r.json())")["user"] == "carol"
+    finally:
+        context.close()
+
+
+def test_a_login_link_from_another_site_answers_with_a_page_that_moves_on(cluster: Cluster) -> None:
+    with browser(cluster) as client:
+        response = client.get(path_of(login_code_url(cluster)), headers={"Sec-Fetch-Site": "cross-site"})
+    assert response.status_code == 200 and response.headers["cache-control"] == "no-store"
+    assert session_cookie(response)["nodus-session"]["samesite"].lower() == "strict"
+    assert '<meta http-equiv="refresh" content="0; url=/console/#/projects/default/jobs">' in response.text
+    assert "<script" not in response.text
+    assert_console_headers(response)

@@ -6,7 +6,8 @@
   any other version, or a path that is not a file of the build, is 404 (``nodus.api.consoleassets``).
 * ``GET /console/login``: the form; ``?code=CODE`` redeems a one-time code. ``POST /console/login`` takes
   the form's ``token``, only from a page of this origin. Both answer 303 with the session cookie, or the
-  form again with the reason (401, 403).
+  form again with the reason (401, 403). A code link followed from another site gets a page that moves on by
+  itself instead of the 303 (the browser would keep the SameSite=Strict cookie off the redirect).
 * ``POST /console/logout`` (CSRF header): ends the session server-side and clears the cookie; 204.
 * ``GET /console/api/session``: the session's user, groups and CSRF token (the cookie only).
 * ``POST /console/api/logincodes``: a one-time login link for the caller, who must authenticate with
@@ -111,7 +112,13 @@ async def login(request: Request) -> Response:
         new = await server.console_sessions.redeem(code)
     except APIError as exc:
         return login_page(assets, status=exc.code, problem=exc.message, fix=exc.fix, next_path=next_path)
-    return logged_in(new, next_path or AFTER_CODE, _max_age(server))
+    target = next_path or AFTER_CODE
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        # A link followed from another site (a chat, a webmail): the browser keeps the SameSite=Strict cookie off
+        # every request of this navigation, a redirect's included, so a 303 would land on the login page. A
+        # page of this origin that moves on by itself starts a navigation of its own, which does carry it.
+        return logged_in(new, target, _max_age(server), onward_page=True)
+    return logged_in(new, target, _max_age(server))
 
 
 async def _login_with_token(request: Request, server: APIServer) -> Response:

@@ -137,11 +137,34 @@ kubeconfig (<code>users[].user.token</code>).</p>
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-def logged_in(new: NewSession, location: str, max_age: int) -> Response:
-    """303 to ``location`` setting the session cookie (HttpOnly, Secure, SameSite=Strict) for ``max_age`` seconds."""
-    response = RedirectResponse(location, status_code=303, headers={"Cache-Control": "no-store"})
+def logged_in(new: NewSession, location: str, max_age: int, onward_page: bool = False) -> Response:
+    """303 to ``location`` setting the session cookie (HttpOnly, Secure, SameSite=Strict) for ``max_age`` seconds;
+    with ``onward_page``, instead a 200 page that goes on to ``location`` itself (a refresh, and a link)."""
+    response: Response
+    if onward_page:
+        response = HTMLResponse(_onward(location), headers={"Cache-Control": "no-store"})
+    else:
+        response = RedirectResponse(location, status_code=303, headers={"Cache-Control": "no-store"})
     response.set_cookie(COOKIE, new.cookie, max_age=max_age, path="/", secure=True, httponly=True, samesite="strict")
     return response
+
+
+def _onward(location: str) -> str:
+    target = escape(location)
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="refresh" content="0; url={target}">
+<title>Logged in · Nodus console</title>
+</head>
+<body>
+<main>
+<p>You are logged in. <a href="{target}">Continue to the console</a>.</p>
+</main>
+</body>
+</html>
+"""
 
 
 def clear_cookie(response: Response) -> None:

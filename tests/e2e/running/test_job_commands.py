@@ -1,13 +1,17 @@
 """The people's commands against a cluster that runs Jobs, through the real ``nodus`` CLI as a subprocess: ``nodus
 jobs`` lists phase and cost (``-A`` every readable project, and no other), ``nodus describe`` shows where attempts
 ran and the cost by segment, ``nodus suspend|resume|cancel`` change ``spec.state`` (the server's refusals printed
-with their fix: a Viewer's 403, a Cancelled Job that stays Cancelled), a program's escape sequences never reach the
-terminal, and the completion scripts complete commands and Job names in a real bash."""
+with their fix: a Viewer's 403, a Cancelled Job that stays Cancelled), a terminal gets colours and a pipe plain
+text, a teammate's escape sequences never reach the terminal, and the completion scripts complete commands and Job
+names in a real bash and a real interactive zsh (the Debian ``zsh`` package)."""
 
 from __future__ import annotations
 
 import os
+import re
+import select
 import shlex
+import shutil
 import subprocess
 import sys
 import uuid
@@ -29,6 +33,34 @@ def nodus(running: Running, user: str, *args: str, project: str = "default") -> 
     return subprocess.run(
         [sys.executable, "-m", "nodus", *args], capture_output=True, text=True, timeout=60, check=False, env=env
     )
+
+
+def on_terminal(running: Running, user: str, *args: str) -> str:
+    """What ``nodus ARGS`` writes to a terminal (a pseudo-terminal, TERM=xterm-256color), escape codes and all."""
+    env = {"KUBECONFIG": str(running.cluster.kubeconfig(user)), "PATH": os.environ["PATH"], "HOME": "/tmp"}
+    primary, secondary = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nodus", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "TERM": "xterm-256color", "COLUMNS": "200"},
+    )
+    os.close(secondary)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the terminal closes when the process exits
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(primary)
+    _, errors = process.communicate(timeout=60)
+    assert process.returncode == 0, errors
+    return out.decode()
 
 
 def shell_job(running: Running, project: str, name: str, script: str, **spec: Any) -> None:
@@ -85,6 +117,8 @@ def test_jobs_and_describe_show_phase_cost_attempts_and_the_cost_by_segment(runn
     assert listed.stdout.splitlines()[0].split() == ["NAME", "PHASE", "COMPLETIONS", "COST", "AGE"]
     total = done["status"]["cost"]["totalUSD"]
     assert rows(listed.stdout)["hello"][:4] == ["hello", "Succeeded", "1/1", jobtables.money(total)]
+    coloured = on_terminal(running, "alice", "jobs", "-n", project)
+    assert "\x1b[32mSucceeded" in coloured and "\x1b[1mNAME" in coloured, coloured  # green phase, bold header
 
     described = nodus(running, "alice", "describe", "hello", project=project)
     assert described.returncode == 0, described.stderr
@@ -231,3 +265,71 @@ def test_completion_scripts_complete_commands_flags_and_job_names(running: Runni
     assert completions(running, project, "nodus cancel ") == ["train-a", "train-b"]
     assert completions(running, project, f"nodus suspend -n {other} ") == ["eval-c"]
     assert completions(running, project, "nodus logs job/train-") == ["job/train-a", "job/train-b"]
+
+
+def zsh_line(running: Running, project: str, typed: str, *expected: str, tabs: int = 1) -> str:
+    """What an interactive zsh (compinit, ``nodus completion zsh`` on its fpath) shows after ``typed`` and
+    ``tabs`` presses of Tab, once every ``expected`` text is on the screen (or 30 s pass without output): its
+    terminal output with the control sequences removed."""
+    home = running.directory / f"zsh-{uuid.uuid4().hex[:6]}"
+    home.mkdir()
+    script = nodus(running, "alice", "completion", "zsh")
+    assert script.returncode == 0, script.stderr
+    (home / "_nodus").write_text(script.stdout)
+    (home / ".zshrc").write_text(f"fpath=({home} $fpath)\nautoload -Uz compinit && compinit -u -D\nPROMPT='> '\n")
+    venv = str(Path(sys.executable).parent)
+    env = {"ZDOTDIR": str(home), "HOME": str(home), "TERM": "dumb", "PATH": f"{venv}:/usr/bin:/bin"}
+    env["KUBECONFIG"] = str(running.cluster.kubeconfig("alice", project))
+    primary, secondary = os.openpty()
+    shell = subprocess.Popen(
+        ["zsh", "-i"], stdin=secondary, stdout=secondary, stderr=secondary, env=env, start_new_session=True
+    )
+    os.close(secondary)
+    try:
+        read_until(primary, lambda text: "> " in text)
+        os.write(primary, typed.encode() + b"\t" * tabs)
+        return read_until(primary, lambda text: all(e in text for e in expected))
+    finally:
+        shell.kill()
+        shell.wait()
+        os.close(primary)
+
+
+def read_until(fd: int, done: Any, quiet: float = 30.0) -> str:
+    """Terminal output until ``done(text)`` or until nothing more comes for ``quiet`` seconds."""
+    out = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], quiet)
+        if not ready:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+        if done(text):
+            return text
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+
+
+def test_zsh_completes_commands_and_job_names(running: Running) -> None:
+    if shutil.which("zsh") is None:
+        pytest.fail("zsh is not installed: apt-get install zsh (.ci/install-system-packages)")
+    project, other = running.project(), running.project()
+    for name in ("alpha-job", "alps-job"):
+        shell_job(running, project, name, "sleep 60", state="Suspended")
+    shell_job(running, other, "gamma-job", "sleep 60", state="Suspended")
+
+    def completes(typed: str, *expected: str, tabs: int = 1) -> str:
+        shown = zsh_line(running, project, typed, *expected, tabs=tabs)
+        assert all(e in shown for e in expected), shown
+        return shown
+
+    completes("nodus descr", "nodus describe ")
+    completes("nodus describe alph", "nodus describe alpha-job ")
+    assert "gamma-job" not in completes("nodus cancel al", "alpha-job", "alps-job", tabs=2)
+    completes(f"nodus suspend -n {other} g", f"nodus suspend -n {other} gamma-job ")
+    completes("nodus logs job/alph", "nodus logs job/alpha-job ")

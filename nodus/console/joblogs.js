@@ -5,7 +5,8 @@
 // the attempt has finished and every line is sent. On "latest", the view then waits for the index's next
 // attempt (a replacement after a preemption, a retry) and follows it too, under a separator line. An index
 // with no attempt yet is a 404 whose details.retryAfterSeconds says waiting makes sense: the view says so and
-// asks again then.
+// asks again then. A connection that breaks (not an answer of the server) is made again after a second, and the
+// view starts over from the attempt's last TAIL_LINES lines, so it never shows a line twice.
 
 import {APIError, lines, request, sleep} from './api.js';
 import {apiPath, h} from './dom.js';
@@ -65,8 +66,16 @@ export function logPanel(project, name, state, signal) {
       const query = new URLSearchParams({index: chosenIndex, follow: 'true', tailLines: TAIL_LINES});
       if (chosenRank) query.set('rank', chosenRank);
       if (number !== undefined) query.set('attempt', number);
-      const response = await request('GET', `${apiPath(project, 'jobs', name, 'log')}?${query}`,
-        {signal: streamSignal, accept: 'text/plain'});
+      let response;
+      try {
+        response = await request('GET', `${apiPath(project, 'jobs', name, 'log')}?${query}`,
+          {signal: streamSignal, accept: 'text/plain'});
+      } catch (error) {
+        if (streamSignal.aborted || error instanceof APIError) throw error;
+        note.textContent = `Reconnecting (${error.message})…`;
+        await sleep(1000, streamSignal);
+        continue;
+      }
       if (response.status === 404) {
         const error = await APIError.from(response);
         const wait = error.details.retryAfterSeconds;
@@ -77,7 +86,17 @@ export function logPanel(project, name, state, signal) {
       }
       if (!response.ok) throw await APIError.from(response);
       note.textContent = `Following index ${chosenIndex}${number ? `, attempt ${number}` : ''}.`;
-      for await (const line of lines(response.body)) append(line);
+      const start = view.childNodes.length;
+      try {
+        for await (const line of lines(response.body)) append(line);
+      } catch (error) {
+        if (streamSignal.aborted) return;
+        // Broken mid-stream: drop this attempt's lines and read its tail again.
+        while (view.childNodes.length > start) view.lastChild.remove();
+        note.textContent = `Reconnecting (${error.message})…`;
+        await sleep(1000, streamSignal);
+        continue;
+      }
       if (!latest) { note.textContent = 'The attempt has ended; its log is complete.'; return; }
       // The attempt ended: on "latest", wait for the index's next attempt unless the Job is done.
       const current = number ?? numbersOf(chosenIndex, chosenRank).at(-1);

@@ -10,6 +10,10 @@
   and returns its serious and critical violations.
 * :class:`PageProblems` records what the browser itself reports: script errors and Content-Security-Policy
   refusals, which a page of the console must never cause.
+* :func:`navigate` loads a page again when Chromium aborted the load with ``net::ERR_NETWORK_CHANGED``: Chromium
+  cancels requests in flight whenever a network interface comes or goes on the machine, and the simulated hosts'
+  container networks come and go while the tests run. Only a full load is retried; a page's own requests
+  (watches, log streams) reconnect by themselves, which is part of what the tests check.
 """
 
 from __future__ import annotations
@@ -17,13 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.support.cluster import Cluster
@@ -33,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "console" / "node_modules" / "axe-core" / "axe.min.js"
 VENDOR = ROOT / "nodus" / "console" / "vendor" / "uPlot.iife.min.js"
 SCREENSHOTS_ENV = "NODUS_CONSOLE_SCREENSHOTS"
+NETWORK_CHANGED = "ERR_NETWORK_CHANGED"
+LOAD_ATTEMPTS = 3
 
 
 @contextlib.contextmanager
@@ -109,8 +114,14 @@ class PageProblems:
 
     def __init__(self, page: Page) -> None:
         self.problems: list[str] = []
+        self.network_changed = False
         page.on("console", self._console)
         page.on("pageerror", lambda error: self.problems.append(f"uncaught: {error}"))
+        page.on("requestfailed", self._failed)
+
+    def _failed(self, request: Request) -> None:
+        if NETWORK_CHANGED in (request.failure or ""):
+            self.network_changed = True
 
     def _console(self, message: ConsoleMessage) -> None:
         text = message.text
@@ -118,6 +129,16 @@ class PageProblems:
             self.problems.append(f"{message.type}: {text}")
 
 
-def bearer_get(cluster: Cluster, user: str, path: str) -> httpx.Response:
-    with cluster.client(user) as client:
-        return client.get(path)
+def navigate(page: Page, problems: PageProblems, url: Callable[[], str], ready: Callable[[], None]) -> None:
+    """Load ``url()`` and wait for ``ready()`` (an ``expect``); again, with a new ``url()``, when a request of the
+    load failed with net::ERR_NETWORK_CHANGED (up to LOAD_ATTEMPTS loads). Anything else fails at once."""
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        problems.network_changed = False
+        try:
+            page.goto(url())
+            ready()
+            return
+        except (PlaywrightError, AssertionError) as exc:
+            if attempt == LOAD_ATTEMPTS or not (problems.network_changed or NETWORK_CHANGED in str(exc)):
+                raise
+            problems.problems.clear()  # what the aborted load reported

@@ -538,6 +538,55 @@ def test_the_session_endpoint_answers_the_cookie_only(cluster: Cluster) -> None:
     assert_console_headers(response)
 
 
+def test_hostile_cookies_authenticate_nobody_and_a_bearer_token_still_does(cluster: Cluster) -> None:
+    for cookie in ("garbage", "A" * 43, "x" * 10_000, "", '"quoted"', "a;b"):
+        with browser(cluster) as client:
+            response = client.get(f"{API}/projects", headers={"Cookie": f"nodus-session={cookie}"})
+            assert response.status_code == 401, cookie
+            bearer = {"Cookie": f"nodus-session={cookie}", "Authorization": f"Bearer {cluster.tokens['carol']}"}
+            assert client.get(f"{API}/projects", headers=bearer).status_code == 200
+    real = log_in(cluster, "carol")
+    with browser(cluster) as client:
+        # Two cookies of the name: the last one counts, and a wrong one never authenticates as anybody.
+        last = client.get("/console/api/session", headers={"Cookie": f"nodus-session=garbage; nodus-session={real}"})
+        assert last.status_code == 200 and last.json()["user"] == "carol"
+        first = client.get("/console/api/session", headers={"Cookie": f"nodus-session={real}; nodus-session=garbage"})
+        assert first.status_code == 401
+
+
+def test_hostile_login_bodies_are_refused_without_a_session(cluster: Cluster) -> None:
+    same = {"Origin": origin(cluster)}
+    with browser(cluster) as client:
+        too_large = client.post("/console/login", content=b"token=" + b"a" * 20_000, headers={**FORM, **same})
+        assert too_large.status_code == 413
+        not_utf8 = client.post("/console/login", content=b"token=\xff\xfe", headers={**FORM, **same})
+        assert not_utf8.status_code == 400
+        many = "&".join(f"f{i}=x" for i in range(50))
+        too_many = client.post("/console/login", content=many, headers={**FORM, **same})
+        assert too_many.status_code == 400
+        for response in (too_large, not_utf8, too_many):
+            assert "set-cookie" not in response.headers
+            assert_console_headers(response)
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        pytest.param("nodus.example:8443", 201, id="a-name-and-port"),
+        pytest.param("[::1]:8443", 201, id="ipv6"),
+        pytest.param("evil.example/phish?x=", 400, id="a-path"),
+        pytest.param("user@evil.example", 400, id="userinfo"),
+        pytest.param("evil.example\\x", 400, id="backslash"),
+    ],
+)
+def test_a_login_link_names_the_host_the_caller_used_or_is_refused(cluster: Cluster, host: str, status: int) -> None:
+    with cluster.client("alice") as alice:
+        response = alice.post("/console/api/logincodes", headers={"Host": host})
+    assert response.status_code == status, response.text
+    if status == 201:
+        assert response.json()["url"].startswith(f"https://{host}/console/login?code=")
+
+
 # --- the access summary ----------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -86,13 +87,14 @@ def describe(args: argparse.Namespace) -> None:
     from nodus.cli import describing
     from nodus.client import APIError, Client
 
+    name = _job_name(args.job)
     config = _config(args)
     project = _project(args, config)
 
     async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         async with Client(config, user_agent="nodus-cli") as client:
-            job = await client.get("jobs", args.job, project)
-            attempts = await client.list("attempts", project, label_selector=f"{labels.JOB}={args.job}")
+            job = await client.get("jobs", name, project)
+            attempts = await client.list("attempts", project, label_selector=f"{labels.JOB}={name}")
             return job, list(attempts.get("items") or [])
 
     try:
@@ -126,13 +128,14 @@ def _set_state(args: argparse.Namespace, verb: str) -> None:
     from nodus.client import APIError, Client
 
     state, done = _STATES[verb]
+    names = list(dict.fromkeys(_job_name(name) for name in args.jobs))  # each once, in the order given
     config = _config(args)
     project = _project(args, config)
 
     async def main() -> bool:
         refused = False
         async with Client(config, user_agent="nodus-cli") as client:
-            for name in dict.fromkeys(args.jobs):  # each once, in the order given
+            for name in names:
                 try:
                     job = await client.get("jobs", name, project)
                     spec, status = job.get("spec") or {}, job.get("status") or {}
@@ -231,8 +234,30 @@ def _config(args: argparse.Namespace) -> ClientConfig:
         raise SystemExit(f"nodus: {exc}") from None
 
 
+# Job names are RFC 1123 subdomains, projects RFC 1123 labels (what the server accepts at create): anything else
+# names nothing, and is refused before it becomes a URL (``x/status`` would address a subresource).
+_JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_PROJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _job_name(given: str) -> str:
+    """The Job ``given`` names (``NAME``, or ``job/NAME`` as kubectl and ``nodus logs`` write it)."""
+    name = given.removeprefix("jobs/").removeprefix("job/")
+    if not _JOB_NAME.fullmatch(name):
+        raise SystemExit(
+            f"nodus: {given!r} is not a Job name: a name is lower-case letters, digits, '-' and '.' (see `nodus jobs`)"
+        )
+    return name
+
+
 def _project(args: argparse.Namespace, config: ClientConfig) -> str:
-    return str(args.project or config.namespace or "default")
+    project = str(args.project or config.namespace or "default")
+    if not _PROJECT_NAME.fullmatch(project):
+        raise SystemExit(
+            f"nodus: {project!r} is not a project name: a name is lower-case letters, digits and '-' "
+            "(kubectl get projects lists yours)"
+        )
+    return project
 
 
 def _run(work: Any, config: ClientConfig) -> Any:

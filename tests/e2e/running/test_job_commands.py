@@ -170,7 +170,7 @@ def test_suspend_resume_and_cancel_change_the_state_and_the_job_follows(running:
     again = nodus(running, "alice", "suspend", "pausable", "-n", project)
     assert again.stdout == "job/pausable unchanged: its state is already Suspended (phase Suspended)\n"
 
-    resumed = nodus(running, "alice", "resume", "pausable", "-n", project)
+    resumed = nodus(running, "alice", "resume", "job/pausable", "-n", project)  # kubectl's form too
     assert (resumed.returncode, resumed.stdout) == (0, "job/pausable resumed\n"), resumed.stderr
     running.wait_phase(project, "pausable", "Running", timeout=120)
     cancelled = nodus(running, "alice", "cancel", "pausable", "-n", project)
@@ -198,6 +198,30 @@ def test_a_viewers_cancel_is_refused_with_the_servers_403(running: Running) -> N
     assert message.startswith("Error from server (Forbidden): ") and "dave" in message, message
     assert fix.startswith("  fix: ") and "spec.members" in fix
     assert running.job(project, "precious")["spec"]["state"] == "Suspended"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        pytest.param("kept/status", id="a-subresource"),
+        pytest.param("../kept", id="a-parent"),
+        pytest.param("kept%2Fstatus", id="encoded-slash"),
+        pytest.param("Kept", id="upper-case"),
+        pytest.param("kept\x1b[2J", id="an-escape"),
+    ],
+)
+def test_what_cannot_name_a_job_is_refused_before_any_request(running: Running, given: str) -> None:
+    project = running.project()
+    shell_job(running, project, "kept", "sleep 60", state="Suspended")
+    for command in ("cancel", "resume", "describe"):
+        refused = nodus(running, "alice", command, given, "-n", project)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.startswith(f"nodus: {given!r} is not a Job name: "), refused.stderr
+        assert "\x1b" not in refused.stderr
+    assert running.job(project, "kept")["spec"]["state"] == "Suspended"
+    elsewhere = nodus(running, "alice", "cancel", "kept", "-n", f"{project}/jobs/kept")
+    assert elsewhere.returncode == 1 and "is not a project name" in elsewhere.stderr
+    assert running.job(project, "kept")["spec"]["state"] == "Suspended"
 
 
 def test_describe_of_a_missing_job_is_kubectls_not_found(running: Running) -> None:

@@ -201,7 +201,7 @@ class Follower:
             self.output.event("recovery", f"recovered: {name} runs{node} ({start}) after {ended}")
         elif phase == "Lost":
             why = f" ({status.reason})" if status.reason else ""
-            message = f": {status.message}" if status.message else ""
+            message = f": {status.message.rstrip('. ')}" if status.message else ""
             self._recovering[key] = f"{name} was lost{why}"
             self.output.event("lost", f"attempt {name} lost its host{why}{message}; a replacement follows")
         elif phase == "Failed" and self._phase not in JOB_FINISHED:

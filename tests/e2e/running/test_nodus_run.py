@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.running.conftest import Running
+from tests.e2e.running.test_faults import nodus as as_admin
+from tests.e2e.running.test_recovery import COUNTER, committed
 from tests.support.images import registry_python_image
 from tests.support.objects import API
 
@@ -102,7 +104,7 @@ def test_progress_and_metrics_are_followed(running: Running) -> None:
 def test_a_failing_command_exits_1_with_the_reason(running: Running) -> None:
     project = running.project()
     manifest = running.directory / f"fail-{project}.yaml"
-    manifest.write_text("kind: Job\nspec:\n  recovery: {maxAttempts: 1}\n")
+    manifest.write_text("kind: Job\nspec:\n  backoffLimit: 0\n")
     done = nodus(
         running,
         project,
@@ -284,3 +286,30 @@ def test_bad_flags_and_no_image_are_refused_before_anything_is_sent(running: Run
     assert refused.returncode == 1
     assert refused.stderr.startswith("Error from server (Invalid): "), refused.stderr
     assert jobs(running, project) == []
+
+
+def test_checkpoints_and_a_preemption_are_one_line_events(running: Running) -> None:
+    project = running.project()
+    manifest = running.directory / f"count-{project}.yaml"
+    manifest.write_text("kind: Job\nspec:\n  recovery: {checkpoint: {interval: 1m}}\n  resources: {cpu: '1'}\n")
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project))}
+    args = [sys.executable, "-m", "nodus.cli.main", "run", "-f", str(manifest), "--yes", "--name", "count"]
+    args += ["--image", registry_python_image(), "--", "/usr/bin/python3", "-c", COUNTER, "400", "0.05"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = committed(running, project, "count")
+        as_admin(running, "sim", "preempt", first["spec"]["node"], "--notice", "6s")
+        out, err = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, out + err
+    lines = out.splitlines()
+    assert any(line.startswith("* checkpoint 1 committed (") for line in lines), out
+    lost = lines.index(next(line for line in lines if line.startswith("* attempt count-0-1 lost its host (Preempted)")))
+    recovered = next(line for line in lines if line.startswith("* recovered: count-0-2 runs on "))
+    final = running.attempts(project, "count")
+    seq = next(a for a in final if a["spec"]["number"] == 2)["spec"]["restore"]["seq"]
+    assert f"(restored checkpoint {seq}) after count-0-1 was lost (Preempted)" in recovered
+    assert lost < lines.index(recovered) < lines.index("done 400")
+    assert "job/count Succeeded" in out

@@ -234,7 +234,9 @@ export async function render(main, {project, name}, {signal}) {
   watchMap(`namespaces/${encodeURIComponent(project)}/jobs`, {fieldSelector: `metadata.name=${name}`}, (items) => {
     job = items.get(name) || null;
     draw();
-  }, signal);
+  }, signal, (_text, error) => {
+    if (error) fill(main, h('h1', {}, name), errorBox(error), h('p', {}, h('a', {href: route('projects')}, 'See your projects.')));
+  });
   watchMap(`namespaces/${encodeURIComponent(project)}/attempts`, {labelSelector: `nodus.dev/job=${name}`}, (items) => {
     attempts = [...items.values()];
     if (job) draw();

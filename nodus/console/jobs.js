@@ -5,7 +5,7 @@
 // data-testid="job-phase" (the browser tests find them).
 
 import {access} from './api.js';
-import {age, fill, h, phaseBadge, route, section, usd} from './dom.js';
+import {age, errorBox, fill, h, phaseBadge, route, section, usd} from './dom.js';
 import {watchMap} from './watch.js';
 
 /** A <progress> bar for status.progress.units, or the completions when the program reports no units. */
@@ -61,8 +61,14 @@ export async function render(main, {project}, {signal}) {
     fill(body, jobs.map((job) => row(project, job)));
     empty.hidden = jobs.length > 0;
   };
-  const items = watchMap(`namespaces/${encodeURIComponent(project)}/jobs`, {}, draw, signal, (text) => {
-    state.textContent = text === 'live' ? '● live' : text;
+  const items = watchMap(`namespaces/${encodeURIComponent(project)}/jobs`, {}, draw, signal, (text, error) => {
+    if (error) {
+      fill(main, h('h1', {}, 'Jobs in ', h('span', {class: 'mono'}, project)), errorBox(error),
+        h('p', {}, h('a', {href: route('projects')}, 'See the projects you belong to.')));
+      return;
+    }
+    state.textContent = text === 'live' ? '● live' : 'reconnecting…';
+    state.title = text;
     state.className = text === 'live' ? 'live on' : 'live off';
   });
   // Ages move with the clock, not with events.

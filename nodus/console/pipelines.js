@@ -2,7 +2,8 @@
 //
 // The graph is drawn from spec.stages: a stage's upstream stages are its dependsOn and the stage of each
 // fromStage input (as the server's stage graph reads them, docs/pipelines.md). Stages are laid out in columns by
-// their longest path from a stage with no upstream, edges run left to right, and each box links to the stage's
+// their longest path from a stage with no upstream, edges run left to right (an edge that skips a column bends
+// below the boxes, so it never runs through a stage it does not touch), and each box links to the stage's
 // Job once it exists. Phases come from status.stages (the latest run of each stage). Both pages watch, so phases
 // change in place.
 
@@ -13,6 +14,7 @@ const BOX_W = 170;
 const BOX_H = 52;
 const GAP_X = 70;
 const GAP_Y = 24;
+const BEND = 44;
 
 /** The upstream stage names of a stage (dependsOn and fromStage inputs), without duplicates. */
 export function upstreamOf(stage) {
@@ -61,13 +63,23 @@ export function graph(project, pipeline) {
     placed.set(stage.name, {x: 10 + column * (BOX_W + GAP_X), y: 10 + row * (BOX_H + GAP_Y)});
   }
   const width = 20 + Math.max(1, perColumn.length) * (BOX_W + GAP_X) - GAP_X;
-  const height = 20 + Math.max(1, ...perColumn) * (BOX_H + GAP_Y) - GAP_Y;
+  const height = 20 + Math.max(1, ...perColumn) * (BOX_H + GAP_Y) - GAP_Y + BEND;
   const edges = [];
   for (const stage of stages) {
     const to = placed.get(stage.name);
     for (const up of upstreamOf(stage)) {
       const from = placed.get(up);
       if (!from) continue;
+      const skips = (depth.get(stage.name) ?? 0) - (depth.get(up) ?? 0) > 1;
+      if (skips) {
+        const sx = from.x + BOX_W / 2;
+        const tx = to.x + BOX_W / 2;
+        const sy = from.y + BOX_H;
+        const ty = to.y + BOX_H;
+        edges.push(svg('path', {d: `M${sx},${sy} C${sx},${sy + BEND} ${tx},${ty + BEND} ${tx},${ty + 6}`, class: 'edge',
+          'marker-end': 'url(#arrow)'}, svg('title', {}, `${up} → ${stage.name}`)));
+        continue;
+      }
       const x1 = from.x + BOX_W;
       const y1 = from.y + BOX_H / 2;
       const x2 = to.x;

@@ -42,7 +42,8 @@ export async function render(main, _params, {signal}) {
   fill(main, h('h1', {}, 'Projects'),
     section('Your projects', projects.length
       ? h('table', {}, h('thead', {}, h('tr', {}, ['Project', 'Phase', 'Credit', 'Spend this month', 'Running Jobs', '']
-        .map((title) => h('th', {scope: 'col'}, title || h('span', {class: 'visually-hidden'}, 'Links'))))),
+        .map((title, i) => h('th', {scope: 'col', class: i >= 2 && i <= 4 ? 'num' : null},
+          title || h('span', {class: 'visually-hidden'}, 'Links'))))),
       h('tbody', {}, rows))
       : h('p', {class: 'muted'}, 'You are not a member of any project yet: an administrator adds you (docs/auth.md).')));
 }

@@ -5,14 +5,15 @@
 // resumes from the last version seen; when that version left the server's retention window (410 Gone, as a
 // status or as an ERROR event) or the connection fails, the collection is listed again and watched anew, after
 // a growing pause on failure. Callers see a full replacement (`reset`) after every list and single events in
-// between, so a view built from them matches the server's state at the last event.
+// between, so a view built from them matches the server's state at the last event. A 403 or 404 (the reader may not
+// read the collection, or the project does not exist) ends the watch: asking again would get the same answer.
 
 import {API, APIError, lines, ok, request, sleep} from './api.js';
 
 /**
  * Keep a view of `path` (a collection under /apis/nodus.dev/v1, e.g. `namespaces/p/jobs`) up to date until
  * `signal` aborts. `query` holds labelSelector / fieldSelector. Callbacks: reset(items), event(type, object),
- * state(text) where text is 'live' or why it reconnects.
+ * state(text, error) where text is 'live' or why it reconnects, and error is the APIError that ended the watch.
  */
 export async function watchCollection(path, query, callbacks, signal) {
   const url = `${API}/${path}`;
@@ -47,6 +48,10 @@ export async function watchCollection(path, query, callbacks, signal) {
       }
     } catch (error) {
       if (signal.aborted) return;
+      if (error instanceof APIError && (error.status === 403 || error.status === 404)) {
+        callbacks.state?.(error.message, error);
+        return;
+      }
       callbacks.state?.(`reconnecting (${error.message})`);
       await sleep(pause, signal);
       pause = Math.min(pause * 2, 30000);

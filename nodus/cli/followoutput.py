@@ -187,7 +187,8 @@ def summary(job: dict[str, Any], project: str) -> tuple[list[tuple[str, str]], i
     if phase == "Succeeded":
         lines.append((f"{head} ({status.succeeded or 0}/{completions} completed)", "bold green"))
     else:
-        why = ": ".join(part for part in (status.reason, status.message) if part)
+        reason = status.reason if status.reason != phase else None  # "Cancelled: Cancelled: ..." says it twice
+        why = ": ".join(part for part in (reason, status.message) if part)
         lines.append((head + (f": {why}" if why else ""), "bold red"))
         if status.fix:
             lines.append((f"  fix: {status.fix}", "red"))

@@ -15,6 +15,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -245,7 +246,8 @@ def test_the_estimate_page_creates_a_job_bound_to_the_estimate_it_shows(
             "apiVersion: nodus.dev/v1\nkind: Job\n"
             f"metadata:\n  name: {name}\n"
             f"spec:\n  image: {registry_python_image()}\n"
-            "  command: [python3, -c, \"print('estimated')\"]\n"
+            "  command: [/bin/sh, -c, 'echo estimated; echo report-bytes > /workspace/report.txt']\n"
+            "  outputs: [{name: report, path: /workspace/report.txt}]\n"
             "  resources: {cpu: '1'}\n  expectedDuration: 30s\n  placement: {offerings: [cpu-8c-us]}\n"
         )
         page.get_by_role("button", name="Estimate").click()
@@ -264,6 +266,11 @@ def test_the_estimate_page_creates_a_job_bound_to_the_estimate_it_shows(
         assert RATE_CEILING in annotations, f"the create was not bound to the estimate: {annotations}"
         expect(page.get_by_test_id("job-phase")).to_have_text("Succeeded", timeout=LONG)
         expect(page.get_by_test_id("log-view")).to_contain_text("estimated", timeout=30_000)
+        # Its output downloads from the page, with the session cookie, as the bytes the program wrote.
+        with page.expect_download() as download:
+            page.get_by_role("link", name="Download report of index 0").click()
+        assert download.value.suggested_filename == "report.txt"
+        assert Path(download.value.path()).read_bytes() == b"report-bytes\n"
         assert problems.problems == []
     finally:
         context.close()
@@ -284,6 +291,8 @@ def test_offerings_projects_credits_and_hostile_routes(
             assert "cpu-8c-us" in row_text, row_text
         page.get_by_label("Filter").fill("")
         expect(table.locator("tbody tr")).to_have_count(total)
+        page.get_by_label("Filter").fill("h100")
+        expect(table.locator("tbody tr")).not_to_have_count(total)
         screenshots.take(page, "offerings")
         assert_accessible(page, "offerings")
 

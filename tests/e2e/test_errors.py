@@ -109,3 +109,20 @@ def test_discovery_and_version(cluster: Cluster, admin: httpx.Client) -> None:
         assert admin.get(path).text == "ok"
     metrics = admin.get("/metrics").text
     assert "nodus_apiserver_requests_total" in metrics
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/namespaces/a%00b/jobs",
+        "/namespaces/a%00b/jobs?watch=1",
+        "/namespaces/{project}/jobs/x%00y",
+        "/namespaces/{project}/jobs/x%00y/status",
+        "/watch/namespaces/a%00b/jobs",
+        "/projects/a%00b",
+    ],
+)
+def test_a_nul_in_a_path_is_not_found(admin: httpx.Client, project: str, path: str) -> None:
+    """No name or project can hold a NUL: every read of one, a list or watch included, is a 404 Status (never a
+    dropped connection or a 500)."""
+    _assert_status(admin.get(API + path.format(project=project)), 404, "NotFound")

@@ -26,7 +26,12 @@ def _not_found(path: str) -> APIError:
 
 
 def parse(path: str, registry: Registry) -> Target:
-    """``[watch/][namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``."""
+    """``[watch/][namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``.
+
+    A NUL anywhere is a resource that cannot exist (no name or project may hold one, and PostgreSQL's text
+    refuses it): 404 here, before a list has started streaming its answer."""
+    if "\x00" in path:
+        raise _not_found(path.replace("\x00", "%00"))
     segments = [s for s in path.split("/") if s]
     legacy_watch = bool(segments) and segments[0] == "watch"
     if legacy_watch:

@@ -125,6 +125,7 @@ def resume(args: argparse.Namespace) -> None:
 
 
 def _set_state(args: argparse.Namespace, verb: str) -> None:
+    from nodus.apis.v1 import objects
     from nodus.client import APIError, Client
 
     state, done = _STATES[verb]
@@ -137,10 +138,9 @@ def _set_state(args: argparse.Namespace, verb: str) -> None:
         async with Client(config, user_agent="nodus-cli") as client:
             for name in names:
                 try:
-                    job = await client.get("jobs", name, project)
-                    spec, status = job.get("spec") or {}, job.get("status") or {}
-                    if spec.get("state", "Running") == state:
-                        phase = status.get("phase") or "not yet admitted"
+                    job = objects.read(objects.Job, await client.get("jobs", name, project))
+                    if job.spec.state == state:
+                        phase = job.status.phase or "not yet admitted"
                         print(f"job/{name} unchanged: its state is already {state} (phase {phase})")
                         continue
                     await client.patch("jobs", name, {"spec": {"state": state}}, project)

@@ -55,6 +55,7 @@ def add_completion_flags(parser: argparse.ArgumentParser) -> None:
 def jobs(args: argparse.Namespace) -> None:
     from datetime import UTC, datetime
 
+    from nodus.apis.v1 import objects
     from nodus.cli import jobtables
     from nodus.client import APIError, Client
 
@@ -71,7 +72,7 @@ def jobs(args: argparse.Namespace) -> None:
         raise SystemExit(1 if args.names_only else _refusal(exc)) from None
     items = list(listed.get("items") or [])
     if args.names_only:
-        print("\n".join(sorted(str((item.get("metadata") or {}).get("name")) for item in items)))
+        print("\n".join(sorted(objects.read(objects.Job, item).metadata.name for item in items)))
         return
     if not items:
         where = "any project you can read" if project is None else f"project {project}"

@@ -122,7 +122,7 @@ export function attemptRows(attempts) {
         spec.offering || status.placement?.offering || '—',
         status.startTime ? new Date(status.startTime).toLocaleTimeString() : '—',
         status.finishTime ? new Date(status.finishTime).toLocaleTimeString() : '—',
-        [status.reason || '', loss ? ` ✕ ${loss}` : ''].join(''),
+        loss ? `✕ ${loss}${status.reason && status.reason.toLowerCase() !== loss ? ` (${status.reason})` : ''}` : status.reason || '',
         spec.restore ? `↺ checkpoint ${spec.restore.seq}` : '—',
       ];
     });

@@ -23,6 +23,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from nodus.apimachinery.estimates import RATE_CEILING
 from tests.e2e.running.conftest import Running
+from tests.e2e.running.test_faults import nodus
+from tests.e2e.running.test_jobs import create
+from tests.e2e.running.test_recovery import committed, counter
 from tests.support import browser as browsers
 from tests.support.images import registry_python_image
 from tests.support.objects import API
@@ -345,6 +348,37 @@ def test_a_pipeline_is_drawn_as_a_graph_of_its_stages(
         expect(graph.locator("g.stage.phase-good").first).to_be_visible(timeout=LONG)
         expect(graph.locator("a").first).to_have_attribute("href", re.compile(rf"#/projects/{project}/jobs/{name}-"))
         screenshots.take(page, "pipeline")
+        assert problems.problems == []
+    finally:
+        context.close()
+
+
+def test_a_preemption_and_restore_are_marked_and_the_log_follows_the_replacement(
+    browser: Browser, running: Running, project: str, screenshots: browsers.Screenshots
+) -> None:
+    create(running, project, "recovered", **counter(300, 0.05))
+    context, page, problems = logged_in(browser, running, "alice")
+    try:
+        page.goto(f"{running.cluster.url}/console/#/projects/{project}/jobs/recovered")
+        log = page.get_by_test_id("log-view")
+        expect(log).to_contain_text("count 5", timeout=LONG)
+        first = committed(running, project, "recovered")
+        nodus(running, "sim", "preempt", first["spec"]["node"], "--notice", "6s")
+
+        # On "latest" the same view goes on with the replacement, which says what it restored.
+        expect(log).to_contain_text("──── attempt 2 ────", timeout=LONG)
+        expect(log).to_contain_text(re.compile(r"start \d+ restored \d+"), timeout=LONG)
+        expect(page.get_by_test_id("job-phase")).to_have_text("Succeeded", timeout=LONG)
+        lost, replacement = sorted(running.attempts(project, "recovered"), key=lambda a: a["spec"]["number"])
+        attempts = page.get_by_role("table", name="Attempts")
+        expect(attempts.get_by_role("row", name=re.compile(lost["metadata"]["name"]))).to_contain_text("✕ preempted")
+        expect(attempts.get_by_role("row", name=re.compile(replacement["metadata"]["name"]))).to_contain_text(
+            f"↺ checkpoint {replacement['spec']['restore']['seq']}"
+        )
+        timeline = page.locator("figure.timeline svg")
+        expect(timeline.locator("text.marker.bad")).to_have_count(1)  # the preempted attempt's end
+        expect(timeline.locator("text.marker:not(.bad)")).to_have_count(1)  # the replacement's restore
+        screenshots.take(page, "job-recovered")
         assert problems.problems == []
     finally:
         context.close()

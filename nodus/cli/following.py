@@ -103,8 +103,8 @@ class Follower:
             asyncio.ensure_future(self._watch_job(_version(job))),
             asyncio.ensure_future(self._watch_attempts()),
         ]
+        finished = asyncio.ensure_future(self.finished.wait())
         try:
-            finished = asyncio.ensure_future(self.finished.wait())
             await asyncio.wait([finished, *watches], return_when=asyncio.FIRST_COMPLETED)
             for task in watches:
                 if task.done() and task.exception() is not None:
@@ -115,9 +115,10 @@ class Follower:
                 async with asyncio.timeout(SETTLE_SECONDS):
                     await asyncio.gather(self.settled.wait(), *streams, return_exceptions=True)
         finally:
-            for task in [*watches, *self._streams.values()]:
+            tasks: list[asyncio.Future[Any]] = [finished, *watches, *self._streams.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*watches, *self._streams.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         assert self.final is not None
         return self.final
 

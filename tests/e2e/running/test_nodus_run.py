@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nodus.apimachinery.money import amount_cell
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_faults import nodus as as_admin
 from tests.e2e.running.test_recovery import COUNTER, committed
@@ -78,7 +79,9 @@ def test_run_shows_the_estimate_the_output_and_the_cost(running: Running) -> Non
     assert stored["spec"]["image"] == image and stored["spec"]["command"] == ["python", "-c", "print(42)"]
     assert stored["status"]["phase"] == "Succeeded"
     cost_line = next(line for line in out.splitlines() if line.startswith("cost: "))
-    assert stored["status"]["cost"]["totalUSD"] in cost_line or "USD" in cost_line
+    total = stored["status"]["cost"]["totalUSD"]
+    assert stored["status"]["cost"]["final"] and "so far" not in cost_line, "the summary waits for the final charge"
+    assert cost_line.startswith(f"cost: {amount_cell(total)} USD"), (cost_line, total)
 
 
 TRAINING = """import json, os, time
@@ -313,3 +316,23 @@ def test_checkpoints_and_a_preemption_are_one_line_events(running: Running) -> N
     assert f"(restored checkpoint {seq}) after count-0-1 was lost (Preempted)" in recovered
     assert lost < lines.index(recovered) < lines.index("done 400")
     assert "job/count Succeeded" in out
+
+
+def test_a_programs_escape_sequences_do_not_reach_the_terminal(running: Running) -> None:
+    project = running.project()
+    hostile = r"print('\x1b]0;owned\x07\x1b[2Jcleared \x9b31mred', flush=True)"
+    args = [sys.executable, "-m", "nodus.cli.main", "run", "--yes", "--image", registry_python_image()]
+    args += ["--name", "hostile", "-n", project, "--", "python", "-c", hostile]
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project)), "TERM": "xterm"}
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, args, env)
+    try:
+        output = _read_until(fd, None, 240)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "?]0;owned??[2Jcleared ?31mred" in text, text
+    assert "\x1b]0;" not in text and "\x1b[2J" not in text and "\x9b" not in text

@@ -116,8 +116,8 @@ class Follower:
                     await asyncio.gather(self.settled.wait(), *streams, return_exceptions=True)
         finally:
             tasks: list[asyncio.Future[Any]] = [finished, *watches, *self._streams.values()]
-            for task in tasks:
-                task.cancel()
+            for pending in tasks:
+                pending.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         assert self.final is not None
         return self.final

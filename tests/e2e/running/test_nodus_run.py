@@ -336,3 +336,29 @@ def test_a_programs_escape_sequences_do_not_reach_the_terminal(running: Running)
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "?]0;owned??[2Jcleared ?31mred" in text, text
     assert "\x1b]0;" not in text and "\x1b[2J" not in text and "\x9b" not in text
+
+
+def test_without_yes_a_terminal_is_asked_and_no_means_nothing_is_created(running: Running) -> None:
+    project = running.project()
+    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project)), "TERM": "xterm"}
+    results = {}
+    for answer in (b"n", b"y"):
+        args = [sys.executable, "-m", "nodus.cli.main", "run", "--detach", "--image", registry_python_image()]
+        args += ["--name", f"asked-{answer.decode()}", "--", "python", "-c", "print(1)"]
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(sys.executable, args, env)
+        try:
+            output = _read_until(fd, b"[y/N] ", 120)
+            assert f"Create job/asked-{answer.decode()} in project {project}? [y/N] ".encode() in output, output
+            os.write(fd, answer + b"\n")
+            output += _read_until(fd, None, 60)
+        finally:
+            _, status = os.waitpid(pid, 0)
+            os.close(fd)
+        results[answer] = (os.waitstatus_to_exitcode(status), output.decode(errors="replace"))
+    code, text = results[b"n"]
+    assert code == 1 and "not created" in text, text
+    code, text = results[b"y"]
+    assert code == 0 and "job/asked-y created" in text, text
+    assert [job["metadata"]["name"] for job in jobs(running, project)] == ["asked-y"]

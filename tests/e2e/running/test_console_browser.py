@@ -174,6 +174,9 @@ def test_a_job_appears_live_streams_its_log_and_is_cancelled_from_its_page(
         expect(page.locator("figure.chart canvas").first).to_be_visible(timeout=30_000)
         screenshots.take(page, "job")
         assert_accessible(page, "Job")
+        page.get_by_text("YAML", exact=True).click()  # the Job as the server renders it (Accept: application/yaml)
+        expect(page.get_by_label("The Job as YAML")).to_contain_text("kind: Job\nmetadata:")
+        expect(page.get_by_label("The Job as YAML")).to_contain_text(f"name: {name}")
 
         page.once("dialog", lambda dialog: dialog.accept())
         page.get_by_test_id("cancel-job").click()

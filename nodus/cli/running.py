@@ -100,9 +100,11 @@ def run(args: argparse.Namespace) -> None:
             raise SystemExit(_usage("pass --yes to create without asking (stdin is not a terminal)", code=2))
         try:
             answer = input(f"Create job/{name} in project {session.project}? [y/N] ")
-        except (KeyboardInterrupt, EOFError):
+        except KeyboardInterrupt:
+            print("\nnot created", file=sys.stderr)
+            raise SystemExit(130) from None
+        except EOFError:
             answer = ""
-            print()
         if answer.strip().lower() not in ("y", "yes"):
             print("not created", file=sys.stderr)
             raise SystemExit(1)
@@ -276,16 +278,16 @@ async def _offered_families(client: Any, gpu: str | None) -> list[str]:
     first (nothing is asked for any other ``--gpu``)."""
     from decimal import Decimal
 
+    from nodus.apis.v1 import objects
+
     if gpu is None or ":" in gpu or not gpu.strip().isdigit():
         return []
     count = int(gpu)
-    offerings = (await client.list("offerings")).get("items") or []
     priced: list[tuple[Decimal, str]] = []
-    for offering in offerings:
-        spec = offering.get("spec") or {}
-        gpus, family = int(spec.get("gpus") or 0), spec.get("family")
-        if gpus >= count and family:
-            priced.append((Decimal(str(spec.get("rateUSDPerHour") or "0")) / gpus, str(family)))
+    for item in (await client.list("offerings")).get("items") or []:
+        spec = objects.read(objects.Offering, item).spec
+        if spec.gpus >= count and spec.family:
+            priced.append((Decimal(str(spec.rate_usd_per_hour)) / spec.gpus, spec.family))
     return list(dict.fromkeys(family for _, family in sorted(priced)))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -281,10 +282,12 @@ def test_bad_flags_and_no_image_are_refused_before_anything_is_sent(running: Run
     no_image = nodus(running, project, "run", "--yes", "--", "true")
     assert no_image.returncode == 1
     assert "the server announces no default image; pass --image IMAGE" in no_image.stderr
-    unasked = nodus(running, project, "run", "--image", "python:3.11", "--", "true")
+    unasked = nodus(running, project, "run", "--image", "python:3.11", "--gpu", "1", "--", "true")
     assert unasked.returncode == 2
     assert "pass --yes to create without asking" in unasked.stderr
     assert "Cost USD" in unasked.stdout, "the estimate is shown before asking"
+    placement = next(line for line in unasked.stdout.splitlines() if line.startswith("Placement "))
+    assert re.search(r"-x1-(us|eu|asia)", placement), f"a bare --gpu 1 is any offered type: {placement}"
     refused = nodus(running, project, "run", "--yes", "--image", "python:3.11", "--name", "Bad_Name", "--", "true")
     assert refused.returncode == 1
     assert refused.stderr.startswith("Error from server (Invalid): "), refused.stderr

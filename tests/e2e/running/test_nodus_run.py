@@ -365,3 +365,30 @@ def test_without_yes_a_terminal_is_asked_and_no_means_nothing_is_created(running
     code, text = results[b"y"]
     assert code == 0 and "job/asked-y created" in text, text
     assert [job["metadata"]["name"] for job in jobs(running, project)] == ["asked-y"]
+
+
+def test_every_index_logs_prefixed_and_outputs_with_their_download_command(running: Running, tmp_path: Path) -> None:
+    project = running.project()
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text("kind: Job\nspec:\n  outputs: [{name: result, path: /nodus/outputs/result.txt}]\n")
+    program = (
+        "import os; i = os.environ['NODUS_INDEX']; print('hello from', i, flush=True); "
+        "open('/nodus/outputs/result.txt', 'w').write(f'result {i}')"
+    )
+    done = nodus(
+        running, project, "run", "-f", str(manifest), "--yes", "--image", registry_python_image(), "--name", "fan",
+        "--completions", "2", "--logs", "all", "--", "python", "-c", program,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "[0] hello from 0" in lines and "[1] hello from 1" in lines, done.stdout
+    assert "job/fan Succeeded" in done.stdout and "(2/2 completed)" in done.stdout
+    stored = {o["index"]: o for o in running.job(project, "fan")["status"]["outputs"] if o["name"] == "result"}
+    for index in (0, 1):
+        assert f"  result  index {index}  8 B  sha256:{stored[index]['sha256']}" in lines, done.stdout
+        command = f"nodus outputs get fan result --index {index} -n {project}"
+        assert f"    download: {command}" in lines
+        target = tmp_path / f"result-{index}.txt"
+        got = nodus(running, project, *command.split()[1:], "-o", str(target))
+        assert got.returncode == 0, got.stderr
+        assert target.read_text() == f"result {index}"

@@ -204,7 +204,9 @@ class Follower:
             why = f" ({status.reason})" if status.reason else ""
             message = f": {status.message.rstrip('. ')}" if status.message else ""
             self._recovering[key] = f"{name} was lost{why}"
-            self.output.event("lost", f"attempt {name} lost its host{why}{message}; a replacement follows")
+            # Lost: its host went away (a preemption, a drain, a lost node) or could not run it (an image pull);
+            # the Job's next phase (Recovering, or Failed once recovery is exhausted) says what follows.
+            self.output.event("lost", f"attempt {name} ended Lost{why}{message}")
         elif phase == "Failed" and self._phase not in JOB_FINISHED:
             code = f" with exit code {status.exit_code}" if status.exit_code is not None else ""
             reason = f" ({status.reason})" if status.reason else ""

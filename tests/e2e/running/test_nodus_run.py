@@ -312,7 +312,7 @@ def test_checkpoints_and_a_preemption_are_one_line_events(running: Running) -> N
     assert process.returncode == 0, out + err
     lines = out.splitlines()
     assert any(line.startswith("* checkpoint 1 committed (") for line in lines), out
-    lost = lines.index(next(line for line in lines if line.startswith("* attempt count-0-1 lost its host (Preempted)")))
+    lost = lines.index(next(line for line in lines if line.startswith("* attempt count-0-1 ended Lost (Preempted): ")))
     recovered = next(line for line in lines if line.startswith("* recovered: count-0-2 runs on "))
     final = running.attempts(project, "count")
     seq = next(a for a in final if a["spec"]["number"] == 2)["spec"]["restore"]["seq"]

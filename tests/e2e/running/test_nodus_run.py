@@ -28,7 +28,8 @@ pytestmark = pytest.mark.e2e
 
 def nodus(running: Running, project: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``nodus ARGS`` as alice (the project's Owner), stdin not a terminal, stdout a pipe (plain output)."""
-    env = {**os.environ, "KUBECONFIG": str(running.cluster.kubeconfig("alice", project)), "NO_COLOR": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["KUBECONFIG"] = str(running.cluster.kubeconfig("alice", project))
     return subprocess.run(
         [sys.executable, "-m", "nodus.cli.main", *args],
         capture_output=True,
@@ -69,6 +70,7 @@ def test_run_shows_the_estimate_the_output_and_the_cost(running: Running) -> Non
     out = done.stdout
     assert done.returncode == 0, f"{out}\n{done.stderr}\n{running.logs()}"
     assert "Cost USD" in out and "Rate USD/h" in out, "the estimate table comes first"
+    assert "\x1b" not in out + done.stderr, "stdout is a pipe: plain lines, no colour, no bar"
     name = created_name(out)
     assert name.startswith("python-"), name
     assert "42" in out.splitlines(), out

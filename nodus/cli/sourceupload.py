@@ -10,8 +10,10 @@ What goes in is what ``git add .`` would take:
 * ``.git/`` is always left out, as are sockets, FIFOs and devices.
 
 Symbolic links are stored as links (their target as written), never followed: a link pointing out of
-DIR, or to a directory, puts nothing from outside DIR in the archive. What the agent does with such a
-link when it unpacks the source is its own (safe) business.
+DIR, or to a directory, puts nothing from outside DIR in the archive. The agent unpacks only relative links
+that stay inside the archive (``nodus.agent.archives.contained_link``) and refuses the whole archive
+otherwise (``ArchiveUnsafe``), so :func:`upload` refuses such a tree before anything is sent
+(:func:`leaving_links`), naming each link: a Job that could only fail is never created.
 
 The archive is written to a temporary file while its SHA-256 is computed, then uploaded with
 ``?digest=sha256:...`` so that the server refuses bytes that changed on the way; identical trees upload
@@ -150,11 +152,34 @@ def pack(directory: Path, into: IO[bytes]) -> Packed:
     return Packed("sha256:" + hashing.sha256.hexdigest(), hashing.size, files, ignored)
 
 
+def leaving_links(directory: Path) -> list[tuple[str, str]]:
+    """The symbolic links :func:`pack` would store that the agent refuses to unpack, as (name, target): absolute
+    ones and relative ones that climb out of the tree."""
+    from nodus.agent.archives import contained_link
+
+    found = []
+    for path, name, kept in _walk(directory):
+        if kept and path.is_symlink():
+            target = os.readlink(path)
+            if not contained_link(tuple(name.split("/")), target):
+                found.append((name, target))
+    return found
+
+
 async def upload(client: Any, project: str, directory: Path) -> tuple[Packed, dict[str, Any]]:
     """Pack ``directory`` and upload it as a blob of ``project``; returns what was packed and the server's
-    Blob (``{"digest": ..., "size": ...}``). Raises :class:`SourceError` or the client's ``APIError``."""
+    Blob (``{"digest": ..., "size": ...}``). Raises :class:`SourceError` (a link leaving the tree: nothing is
+    sent) or the client's ``APIError``."""
     import asyncio
 
+    leaving = await asyncio.to_thread(leaving_links, directory)
+    if leaving:
+        named = ", ".join(f"{name} -> {target}" for name, target in leaving[:5])
+        more = f" and {len(leaving) - 5} more" if len(leaving) > 5 else ""
+        raise SourceError(
+            f"--source {directory}: links that leave it ({named}{more}): the Job's source is unpacked only with "
+            "relative links that stay inside it; add them to .gitignore or replace each with what it points to"
+        )
     with tempfile.TemporaryFile(prefix="nodus-source-") as spool:
         packed = await asyncio.to_thread(pack, directory, spool)
         spool.seek(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from nodus.cli.sourceupload import SourceError, pack, selected
+from nodus.cli.sourceupload import SourceError, leaving_links, pack, selected, upload
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -151,3 +152,16 @@ def test_not_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(SourceError, match=r"not a directory"):
         pack(tmp_path / "file", io.BytesIO())
+
+
+def test_links_that_leave_the_tree_are_named_before_anything_is_sent(tmp_path: Path) -> None:
+    outside = tree(tmp_path / "outside", {"secret.txt": ""})
+    root = tree(tmp_path / "src", {"a.py": "", "pkg/b.py": "", ".gitignore": "ignored-link\n"})
+    (root / "abs").symlink_to(outside / "secret.txt")
+    (root / "pkg" / "up").symlink_to("../../outside/secret.txt")
+    (root / "pkg" / "sibling").symlink_to("../a.py")  # stays inside: fine
+    (root / "inside").symlink_to("pkg/b.py")  # fine
+    (root / "ignored-link").symlink_to("/etc/passwd")  # not archived: fine
+    assert leaving_links(root) == [("abs", str(outside / "secret.txt")), ("pkg/up", "../../outside/secret.txt")]
+    with pytest.raises(SourceError, match=r"links that leave it \(abs -> .*secret.txt, pkg/up -> \.\./\.\./outside"):
+        asyncio.run(upload(None, "demo", root))  # refused before the client is used

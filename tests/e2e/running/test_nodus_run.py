@@ -146,8 +146,10 @@ def test_source_is_uploaded_without_what_gitignore_names(running: Running, tmp_p
     (source / ".gitignore").write_text("*.env\n")
     (source / ".git").mkdir()
     (source / ".git" / "config").write_text("")
+    (source / "pkg" / "entry.py").symlink_to("../main.py")  # a link that stays inside: unpacked as a link
     listing = (
-        "import os; print(sorted(os.listdir('.'))); print(sorted(os.listdir('pkg'))); exec(open('main.py').read())"
+        "import os; print(sorted(os.listdir('.'))); print(sorted(os.listdir('pkg'))); "
+        "print('link', os.readlink('pkg/entry.py')); exec(open('pkg/entry.py').read())"
     )
     done = nodus(
         running, project, "run", "--yes", "--image", registry_python_image(), "--source", str(source),
@@ -158,10 +160,22 @@ def test_source_is_uploaded_without_what_gitignore_names(running: Running, tmp_p
     listed = next(line for line in done.stdout.splitlines() if line.startswith("[") and "main.py" in line)
     assert "secret.env" not in listed and ".git'" not in listed, listed
     assert "'.gitignore'" in listed and "'pkg'" in listed
+    assert "link ../main.py" in done.stdout.splitlines()
     assert "1 ignored by .gitignore" in done.stderr
     stored = running.job(project, created_name(done.stdout))
     digest = stored["spec"]["source"]["blob"]
     assert digest.startswith("sha256:") and digest in done.stderr
+
+    # A link out of the tree would make the agent refuse the archive: refused here, before anything is sent.
+    (source / "passwd").symlink_to("/etc/passwd")
+    refused = nodus(
+        running, project, "run", "--yes", "--image", registry_python_image(), "--source", str(source),
+        "--", "true",
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "links that leave it (passwd -> /etc/passwd)" in refused.stderr, refused.stderr
+    assert "Cost USD" not in refused.stdout
+    assert len(jobs(running, project)) == 1
 
 
 def test_detach_then_attach_follows_the_logs_until_cancelled(running: Running) -> None:

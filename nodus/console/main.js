@@ -2,8 +2,9 @@
 //
 // Routes (docs/console.md): #/projects, #/projects/P/jobs, #/projects/P/jobs/NAME, #/projects/P/estimate,
 // #/offerings, #/projects/P/credits, #/projects/P/pipelines, #/projects/P/pipelines/NAME. Each page is a
-// module whose render(main, params, context) draws into <main>; context.signal aborts when the reader leaves
-// the page, which ends its watches and log streams. Route parts are checked against the API's name rules
+// module whose render(view, params, context) draws into a fresh element of <main>; context.signal aborts when the
+// reader leaves the page, which ends its watches and log streams. A page still waiting for an answer when the
+// reader moves on draws into its own view, no longer in the document, so it can never overwrite the next page. Route parts are checked against the API's name rules
 // before any request is made, and always escaped when they are put into a path.
 
 import {request, session} from './api.js';
@@ -52,7 +53,8 @@ export function match(hash) {
   return null;
 }
 
-let lastProject = 'default';
+// The project of the last page that named one, for the navigation of pages that do not (kept for this tab).
+let lastProject = window.sessionStorage.getItem('nodus.project') || 'default';
 let current = null;
 
 function navigation(active, project) {
@@ -80,6 +82,7 @@ async function show() {
   const found = match(window.location.hash);
   const project = found?.params.project || lastProject;
   lastProject = project;
+  window.sessionStorage.setItem('nodus.project', project);
   fill(document.getElementById('nav'), navigation(found?.route.nav, project));
   if (!found) {
     document.title = 'Not found · Nodus';
@@ -87,11 +90,12 @@ async function show() {
       h('p', {}, 'The console has no page at this address. ', h('a', {href: route('projects')}, 'See your projects.')));
     return;
   }
-  fill(main);
+  const view = h('div', {class: 'page'});
+  fill(main, view);
   try {
-    await found.route.page.render(main, found.params, {signal: controller.signal});
+    await found.route.page.render(view, found.params, {signal: controller.signal});
   } catch (error) {
-    if (!controller.signal.aborted) fill(main, h('h1', {}, 'Something went wrong'), errorBox(error));
+    if (!controller.signal.aborted) fill(view, h('h1', {}, 'Something went wrong'), errorBox(error));
   }
 }
 

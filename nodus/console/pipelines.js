@@ -102,7 +102,8 @@ export function graph(project, pipeline) {
   });
   return h('figure', {class: 'graph'},
     h('figcaption', {}, `Stages of ${pipeline.metadata.name}, left to right in the order they can run`),
-    svg('svg', {viewBox: `0 0 ${width} ${height}`, width, height, role: 'img',
+    // A group, not an image: its stage boxes are links a keyboard reaches.
+    svg('svg', {viewBox: `0 0 ${width} ${height}`, width, height, role: 'group',
       'aria-label': `Graph of ${stages.length} stages; the stages table lists them with their phases`},
     svg('defs', {}, svg('marker', {id: 'arrow', viewBox: '0 0 10 10', refX: '8', refY: '5', markerWidth: '7',
       markerHeight: '7', orient: 'auto-start-reverse'}, svg('path', {d: 'M0,0 L10,5 L0,10 z', class: 'arrow'}))),

@@ -306,11 +306,13 @@ def test_offerings_projects_credits_and_hostile_routes(
         row = page.get_by_test_id(f"project-row-{project}")
         expect(row).to_contain_text(re.compile(r"\$\d+\.\d\d available of \$\d+\.\d\d"), timeout=30_000)
         screenshots.take(page, "projects")
+        assert_accessible(page, "projects")
 
         page.goto(f"{running.cluster.url}/console/#/projects/{project}/credits")
         expect(page.get_by_role("region", name="Credit")).to_contain_text("Available")
         expect(page.locator("figure.chart")).to_be_visible()
         screenshots.take(page, "credits")
+        assert_accessible(page, "credits")
 
         # Routes naming markup or other paths are not pages: nothing is requested or rendered from them.
         for hostile in (
@@ -351,6 +353,7 @@ def test_a_pipeline_is_drawn_as_a_graph_of_its_stages(
         expect(graph.locator("g.stage.phase-good").first).to_be_visible(timeout=LONG)
         expect(graph.locator("a").first).to_have_attribute("href", re.compile(rf"#/projects/{project}/jobs/{name}-"))
         screenshots.take(page, "pipeline")
+        assert_accessible(page, "Pipeline")
         assert problems.problems == []
     finally:
         context.close()
@@ -382,6 +385,7 @@ def test_a_preemption_and_restore_are_marked_and_the_log_follows_the_replacement
         expect(timeline.locator("text.marker.bad")).to_have_count(1)  # the preempted attempt's end
         expect(timeline.locator("text.marker:not(.bad)")).to_have_count(1)  # the replacement's restore
         screenshots.take(page, "job-recovered")
+        assert_accessible(page, "recovered Job")
         assert problems.problems == []
     finally:
         context.close()

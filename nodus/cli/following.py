@@ -222,9 +222,9 @@ class Follower:
         line after the last one printed)."""
         import httpx
 
-        from nodus.client import errors
+        from nodus.client import errors, rest
 
-        path = f"/apis/nodus.dev/v1/namespaces/{self.project}/attempts/{attempt}/log"
+        path = rest.path("attempts", self.project, attempt, "log")
         printed = 0
         while True:
             try:

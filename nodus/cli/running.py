@@ -126,8 +126,11 @@ def attach(args: argparse.Namespace) -> None:
     """``nodus attach JOB``: follow a Job until it finishes (one that finished already: its summary). Exit
     codes as for ``nodus run``."""
     session = _Session(args, None)
+    kind, slash, name = args.job.rpartition("/")
+    if slash and kind not in ("job", "jobs", "nj"):
+        raise SystemExit(_usage(f"nodus attach follows Jobs: name one as JOB or job/JOB, not {args.job}"))
     try:
-        job = session.call(session.get(args.job))
+        job = session.call(session.get(name))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     raise SystemExit(session.follow(job, replay=False))
@@ -189,6 +192,7 @@ class _Session:
 
         from nodus.cli import estimate, jobbuilding, sourceupload
         from nodus.cli.followoutput import size_text
+        from nodus.client import rest
 
         async with self.client(timeout=300.0) as client:
             offered = await _offered_families(client, flags.gpu)
@@ -213,7 +217,7 @@ class _Session:
                     f"{size_text(packed.size)} uploaded as {blob['digest']}",
                     file=sys.stderr,
                 )
-            path = f"/apis/nodus.dev/v1/namespaces/{self.project}/jobs"
+            path = rest.path("jobs", self.project)  # quoted: a hostile -n names no other path
             answered = await client.request("POST", path, params={"dryRun": "All"}, json=job)
         figures = dict((answered.json().get("status") or {}).get("estimate") or {})
         if isinstance(figures.get("placementPreview"), dict):
@@ -228,8 +232,10 @@ class _Session:
         return job, answered.headers.get("etag")
 
     async def create(self, job: dict[str, Any], etag: str | None) -> dict[str, Any]:
+        from nodus.client import rest
+
         async with self.client() as client:
-            path = f"/apis/nodus.dev/v1/namespaces/{self.project}/jobs"
+            path = rest.path("jobs", self.project)
             headers = {"If-Match": etag} if etag else {}
             return dict((await client.request("POST", path, json=job, headers=headers)).json())
 

@@ -307,6 +307,13 @@ def test_bad_flags_and_no_image_are_refused_before_anything_is_sent(running: Run
     refused = nodus(running, project, "run", "--yes", "--image", "python:3.11", "--name", "Bad_Name", "--", "true")
     assert refused.returncode == 1
     assert refused.stderr.startswith("Error from server (Invalid): "), refused.stderr
+    # Hostile names stay names: the project and the Job are path segments, never paths or queries.
+    for hostile in ("../../projects", "x?dryRun=All", "%2e%2e"):
+        elsewhere = nodus(running, project, "run", "--yes", "--image", "python:3.11", "-n", hostile, "--", "true")
+        assert elsewhere.returncode == 1, elsewhere.stdout
+        assert re.match(r"Error from server \((NotFound|Forbidden)\): ", elsewhere.stderr), elsewhere.stderr
+        attached = nodus(running, project, "attach", hostile)
+        assert attached.returncode == 1 and "Traceback" not in attached.stderr, attached.stderr
     assert jobs(running, project) == []
 
 

@@ -16,7 +16,20 @@ from pathlib import Path
 from types import FrameType
 
 from nodus.apimachinery.units import parse_quantity
-from nodus.cli import billing, commands, draining, estimate, keys, nodes, pools, processes, workspaces
+from nodus.cli import (
+    billing,
+    commands,
+    console,
+    draining,
+    estimate,
+    jobcommands,
+    keys,
+    nodes,
+    pools,
+    processes,
+    running,
+    workspaces,
+)
 from nodus.cli.processes import duration as _duration
 
 
@@ -313,6 +326,29 @@ def parser() -> argparse.ArgumentParser:
     workspaces_cmd = commands_.add_parser("workspaces", help="push a directory to a Workspace, pull a revision")
     workspaces_commands = workspaces_cmd.add_subparsers(dest="workspaces_command", required=True)
     workspaces.add_workspace_commands(workspaces_commands)
+
+    run_cmd = commands_.add_parser("run", help="run a Job: estimate, confirm, create and follow it to the end")
+    running.add_run_flags(run_cmd)
+    run_cmd.set_defaults(run="running:run")
+    attach_cmd = commands_.add_parser("attach", help="follow a Job: phases, progress, logs, events, final cost")
+    running.add_attach_flags(attach_cmd)
+    attach_cmd.set_defaults(run="running:attach")
+    jobs_cmd = commands_.add_parser("jobs", help="list Jobs: phase, completions, cost so far, age")
+    jobcommands.add_jobs_flags(jobs_cmd)
+    jobs_cmd.set_defaults(run="jobcommands:jobs")
+    describe_cmd = commands_.add_parser("describe", help="a Job in full: spec, status, attempts, checkpoint, cost")
+    jobcommands.add_describe_flags(describe_cmd)
+    describe_cmd.set_defaults(run="jobcommands:describe")
+    for verb, what in (("cancel", "stop Jobs for good"), ("suspend", "pause Jobs"), ("resume", "resume Jobs")):
+        state_cmd = commands_.add_parser(verb, help=what)
+        jobcommands.add_state_flags(state_cmd)
+        state_cmd.set_defaults(run=f"jobcommands:{verb}")
+    completion_cmd = commands_.add_parser("completion", help="print a shell completion script (bash or zsh)")
+    jobcommands.add_completion_flags(completion_cmd)
+    completion_cmd.set_defaults(run="jobcommands:completion")
+    console_cmd = commands_.add_parser("console", help="print a one-time link that logs you in to the web console")
+    console.add_console_flags(console_cmd)
+    console_cmd.set_defaults(run="console:console")
     return root
 
 

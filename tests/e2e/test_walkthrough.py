@@ -121,6 +121,10 @@ STEPS: dict[str, Step] = {
     # README, first steps
     "make kubectl": Step(instead=_kubectl_in_cache),
     "kubectl get offerings": _contains(r"^l4-24g-x1-us\s"),
+    ".venv/bin/nodus run --yes -- python -c 'print(42)'": _contains(
+        r"^job/python-[a-z0-9]+ created$", r"^42$", r"^job/python-[a-z0-9]+ Succeeded ", r"^cost: "
+    ),
+    ".venv/bin/nodus jobs": _contains(r"^python-[a-z0-9]+\s+Succeeded\s+1/1\s"),
     ".venv/bin/nodus logs job/hello --index 2 -f": _contains(r"^index 2 of job hello on ", r"^step 3$"),
     "kubectl get jobs -w": Step(until=r"^hello\s+Succeeded\s+4/4"),
     "kubectl get attempts": _contains(*(rf"^hello-{i}-1\s+hello\s+{i}\s+1\s+Succeeded" for i in range(4))),

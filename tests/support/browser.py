@@ -13,7 +13,8 @@
 * :func:`navigate` loads a page again when Chromium aborted the load with ``net::ERR_NETWORK_CHANGED``: Chromium
   cancels requests in flight whenever a network interface comes or goes on the machine, and the simulated hosts'
   container networks come and go while the tests run. Only a full load is retried; a page's own requests
-  (watches, log streams) reconnect by themselves, which is part of what the tests check.
+  (watches, log streams) reconnect by themselves, which is part of what the tests check. :func:`download`
+  clicks a download link again for the same reason.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Download, Locator, Page, Request, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.support.cluster import Cluster
@@ -142,3 +143,17 @@ def navigate(page: Page, problems: PageProblems, url: Callable[[], str], ready: 
             if attempt == LOAD_ATTEMPTS or not (problems.network_changed or NETWORK_CHANGED in str(exc)):
                 raise
             problems.problems.clear()  # what the aborted load reported
+
+
+def download(page: Page, link: Locator) -> Download:
+    """The finished download that clicking ``link`` starts; clicked again when Chromium aborted it with
+    net::ERR_NETWORK_CHANGED (up to LOAD_ATTEMPTS times). Any other failure fails the test."""
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        with page.expect_download() as started:
+            link.click()
+        failure = started.value.failure()
+        if failure is None:
+            return started.value
+        if attempt == LOAD_ATTEMPTS or NETWORK_CHANGED not in failure:
+            pytest.fail(f"the download from {started.value.url} failed: {failure}")
+    raise AssertionError("unreachable")

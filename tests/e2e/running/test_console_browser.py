@@ -246,6 +246,12 @@ def test_the_estimate_page_creates_a_job_bound_to_the_estimate_it_shows(
         text.fill("kind: Job\n---\nkind: Job\n")
         page.get_by_role("button", name="Estimate").click()
         expect(page.get_by_role("alert")).to_contain_text("exactly one Job or Pipeline")
+        # A "billion laughs" of nested aliases (10^9 nodes from a few lines) is refused while reading it.
+        laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+        text.fill("kind: Job\nspec:\n" + "\n".join(f"  {line}" for line in laughs) + "\n")
+        page.get_by_role("button", name="Estimate").click()
+        expect(page.get_by_role("alert")).to_contain_text("alias count")
 
         name = f"estimated-{uuid.uuid4().hex[:6]}"
         text.fill(
@@ -273,10 +279,9 @@ def test_the_estimate_page_creates_a_job_bound_to_the_estimate_it_shows(
         expect(page.get_by_test_id("job-phase")).to_have_text("Succeeded", timeout=LONG)
         expect(page.get_by_test_id("log-view")).to_contain_text("estimated", timeout=30_000)
         # Its output downloads from the page, with the session cookie, as the bytes the program wrote.
-        with page.expect_download() as download:
-            page.get_by_role("link", name="Download report of index 0").click()
-        assert download.value.suggested_filename == "report.txt"
-        assert Path(download.value.path()).read_bytes() == b"report-bytes\n"
+        report = browsers.download(page, page.get_by_role("link", name="Download report of index 0"))
+        assert report.suggested_filename == "report.txt"
+        assert Path(report.path()).read_bytes() == b"report-bytes\n"
         assert problems.problems == []
     finally:
         context.close()

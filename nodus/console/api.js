@@ -3,7 +3,8 @@
 // The console holds no credential of its own: the browser sends the HttpOnly session cookie with every
 // same-origin request, and every write carries the session's CSRF token in X-CSRF-Token (the server refuses
 // a cookie-authenticated write without it). A 401 means the session ended: the page goes to the login form.
-// Errors are the server's metav1.Status, surfaced with its message and fix.
+// Errors are the server's metav1.Status, surfaced with its message and fix. A read whose connection fails (no
+// answer at all) is sent again twice, half a second apart; a write never is, since it may have been applied.
 
 export const API = '/apis/nodus.dev/v1';
 
@@ -31,25 +32,35 @@ export class APIError extends Error {
 
 let sessionPromise = null;
 
-/** The signed-in user: {user, groups, csrfToken}, fetched once per page load. */
+/** The signed-in user: {user, groups, csrfToken}, fetched once per page load (again after a failure). */
 export function session() {
-  sessionPromise ??= getJSON('/console/api/session');
+  sessionPromise ??= getJSON('/console/api/session').catch((error) => {
+    sessionPromise = null;
+    throw error;
+  });
   return sessionPromise;
 }
 
 const accessCache = new Map();
 
-/** What the user may do in `project`: {"jobs/create": bool, "jobs/update": bool, ...} (all false on error). */
+/**
+ * What the user may do in `project`: {"jobs/create": bool, "jobs/update": bool, ...}; all false when the server
+ * could not be asked (then it is asked again next time).
+ */
 export async function access(project) {
   if (!accessCache.has(project)) {
     accessCache.set(project, getJSON(`/console/api/access?project=${encodeURIComponent(project)}`)
       .then((answer) => answer.allowed || {})
-      .catch(() => ({})));
+      .catch(() => {
+        accessCache.delete(project);
+        return {};
+      }));
   }
   return accessCache.get(project);
 }
 
 const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+const READ_ATTEMPTS = 3;
 
 /**
  * A request to the API server; resolves to the Response whatever its status, except 401 (the session is
@@ -65,9 +76,18 @@ export async function request(method, path, options = {}) {
   }
   if (WRITES.has(method)) headers.set('X-CSRF-Token', (await session()).csrfToken);
   headers.set('Accept', options.accept || 'application/json');
-  const response = await fetch(path, {
-    method, headers, body, signal: options.signal, credentials: 'same-origin', cache: 'no-store', redirect: 'error',
-  });
+  const init = {method, headers, body, signal: options.signal, credentials: 'same-origin', cache: 'no-store', redirect: 'error'};
+  let response;
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      response = await fetch(path, init);
+      break;
+    } catch (error) {
+      // fetch rejects only when there is no answer (a TypeError) or when the caller aborted.
+      if (WRITES.has(method) || options.signal?.aborted || attempt === READ_ATTEMPTS) throw error;
+      await sleep(500, options.signal);
+    }
+  }
   if (response.status === 401) {
     window.location.assign('/console/login');
     throw await APIError.from(response);

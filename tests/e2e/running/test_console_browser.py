@@ -11,26 +11,34 @@ with NODUS_CONSOLE_SCREENSHOTS=DIR, to DIR as well (docs/console.md).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import re
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from nodus.apimachinery.estimates import RATE_CEILING
+from nodus.storage import database
+from tests.conftest import make_project
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create
 from tests.e2e.running.test_recovery import committed, counter
 from tests.support import browser as browsers
+from tests.support import cluster as clusters
 from tests.support.images import registry_python_image
-from tests.support.objects import API
+from tests.support.objects import API, job
 
 pytestmark = pytest.mark.e2e
+T = TypeVar("T")
 
 # Slow enough to be watched, long enough to be cancelled: a tick every 0.3 s with progress, after one line of
 # HTML that must be shown as text (an <img onerror> would set window.pwned if it were ever parsed as markup).
@@ -85,17 +93,20 @@ def project(running: Running) -> str:
     return name
 
 
-def logged_in(browser: Browser, running: Running, user: str) -> tuple[BrowserContext, Page, browsers.PageProblems]:
+def logged_in(
+    browser: Browser, running: Running | clusters.Cluster, user: str
+) -> tuple[BrowserContext, Page, browsers.PageProblems]:
     """A fresh browser context logged in as ``user`` through a one-time link; the page is where the link lands."""
     context = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
     page = context.new_page()
     problems = browsers.PageProblems(page)
+    cluster = running.cluster if isinstance(running, Running) else running
 
     def ready() -> None:
-        expect(page).to_have_url(f"{running.cluster.url}/console/#/projects/default/jobs")
+        expect(page).to_have_url(f"{cluster.url}/console/#/projects/default/jobs")
         expect(page.locator("#user")).to_have_text(user)
 
-    browsers.navigate(page, problems, lambda: browsers.login_link(running.cluster, user), ready)
+    browsers.navigate(page, problems, lambda: browsers.login_link(cluster, user), ready)
     return context, page, problems
 
 
@@ -394,3 +405,74 @@ def test_a_preemption_and_restore_are_marked_and_the_log_follows_the_replacement
         assert problems.problems == []
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def short_watches(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[clusters.Cluster]:
+    """An API server of its own whose watches end after 2 to 4 seconds (and send no bookmarks)."""
+    directory = tmp_path_factory.mktemp("console-watches")
+    url = off_the_loop(database.create_database(database_server))
+    try:
+        flags = ("--min-request-timeout", "2", "--watch-bookmark-interval", "1h")
+        cluster = clusters.start(directory, url, extra_args=flags)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+    finally:
+        off_the_loop(database.drop_database(url))
+
+
+def off_the_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end on a thread of its own: Playwright's sync API keeps an event loop running on
+    this one once a browser is open, where asyncio.run is refused."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def test_the_jobs_page_watches_again_from_where_it_was_when_the_server_ends_its_watch(
+    browser: Browser, short_watches: clusters.Cluster
+) -> None:
+    with short_watches.client() as admin:
+        project = make_project(admin, members=[{"name": "alice", "role": "Owner"}], prefix="watch")
+    context, page, problems = logged_in(browser, short_watches, "alice")
+    jobs = f"{API}/namespaces/{project}/jobs?"
+    lists: list[str] = []
+    watches: list[str] = []
+    page.on("request", lambda r: (watches if "watch=1" in r.url else lists).append(r.url) if jobs in r.url else None)
+    try:
+        page.goto(f"{short_watches.url}/console/#/projects/{project}/jobs")
+        expect(page.locator(".live")).to_have_text("● live", timeout=30_000)
+
+        def create(name: str) -> None:
+            with short_watches.client("alice") as alice:
+                created = alice.post(f"{API}/namespaces/{project}/jobs", json=job(name))
+                assert created.status_code == 201, created.text
+
+        # The server ends each watch after a few seconds: the page watches again from where it was.
+        create("first")
+        expect(page.get_by_test_id("job-row-first")).to_be_visible()
+        resumed = len(watches)
+        wait_until(page, "the page to watch again after the server ended its watch", lambda: len(watches) > resumed)
+        create("second")
+        expect(page.get_by_test_id("job-row-second")).to_be_visible()
+        create("third")
+        for name in ("first", "second", "third"):
+            expect(page.get_by_test_id(f"job-row-{name}")).to_be_visible()
+        # Each new watch started from the version the page had seen, never from the start (no list in between).
+        assert len(lists) == 1, lists
+        versions = [int(parse_qs(urlsplit(url).query)["resourceVersion"][0]) for url in watches]
+        assert len(versions) >= 2 and versions == sorted(versions) and versions[-1] > versions[0], watches
+        expect(page.locator(".live")).to_have_text("● live")
+        assert problems.problems == []
+    finally:
+        context.close()
+
+
+def wait_until(page: Page, what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    """Wait for ``check()`` while the page runs (Playwright delivers the page's events while it waits)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        page.wait_for_timeout(200)

@@ -21,7 +21,7 @@ CONSOLE_VENDOR := nodus/console/vendor/uPlot.iife.min.js
 .PHONY: dev test lint unit e2e test-slow openapi bench kubectl clean fmt console
 
 $(CONSOLE_VENDOR): console/package.json console/package-lock.json
-	@command -v npm >/dev/null || { echo "make: the web console's libraries need npm (apt-get install npm)" >&2; exit 1; }
+	@command -v npm >/dev/null || ./.ci/install-system-packages
 	npm ci --prefix console --no-audit --no-fund --loglevel=error
 	rm -rf nodus/console/vendor && mkdir -p nodus/console/vendor/yaml
 	cp -R console/node_modules/yaml/browser/dist/. nodus/console/vendor/yaml/

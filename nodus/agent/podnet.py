@@ -52,6 +52,8 @@ from nodus.apimachinery import destinations
 
 NETWORK = "nodus"
 SUBNET = "10.89.64.0/24"
+# Addresses a container can be given: the subnet less its network, gateway and broadcast addresses.
+ADDRESSES = ipaddress.ip_network(SUBNET).num_addresses - 3
 HOST_CHAIN = "NODUS-HOST"
 EGRESS_CHAIN = "NODUS-EGRESS"
 # The CNI firewall plugin jumps here before accepting a container's traffic; it never flushes this chain.

@@ -116,6 +116,8 @@ class Pod:
                 )
             network = "host"
         self._network = network
+        if network == self.open_network:
+            await _give_back_stale_addresses(network, self.engine.podman)
         self._labels = [
             "--label", f"nodus.attempt={self.spec.layout.directory}",
             "--label", f"{HOST_LABEL}={self.spec.layout.root.parent}",
@@ -322,6 +324,15 @@ class Pod:
                 await self._proxy.wait_closed()
             if self._range is not None:
                 self._range.release()
+
+
+async def _give_back_stale_addresses(network: str, podman: str) -> None:
+    """Before a container joins the ``Open`` network: when its range is more than half taken, the addresses of
+    containers that are gone are given back (``nodus.agent.podaddresses``: CNI leaks them otherwise)."""
+    from nodus.agent import podaddresses, podnet
+
+    if podaddresses.crowded(network, podnet.ADDRESSES):
+        await asyncio.to_thread(podaddresses.release_stale, network, podman)
 
 
 def _environment(path: Path, env: dict[str, str]) -> tuple[Path, list[str]]:

@@ -85,6 +85,10 @@ export function logPanel(project, name, state, signal) {
         continue;
       }
       if (!response.ok) throw await APIError.from(response);
+      // Asked for the latest attempt before the page knew any: the server says which one this is, so the
+      // replacement that follows is recognised even when it already exists once this stream ends.
+      const served = Number(response.headers.get('Nodus-Attempt'));
+      if (number === undefined && Number.isInteger(served) && served > 0) number = served;
       note.textContent = `Following index ${chosenIndex}${number ? `, attempt ${number}` : ''}.`;
       const start = view.childNodes.length;
       try {

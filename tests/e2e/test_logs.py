@@ -189,8 +189,12 @@ def test_job_log_by_index_and_attempt(admin: httpx.Client, project: str) -> None
     assert post(admin, project, stale, entry("stale")).status_code == 204
 
     path = jobs_path(project, "train") + "/log"
-    assert read(admin, path).text == "index 0 attempt 2\n"
-    assert read(admin, path, attempt=1).text == "index 0 attempt 1\n"
+    latest = read(admin, path)
+    assert latest.text == "index 0 attempt 2\n"
+    assert latest.headers["Nodus-Attempt"] == "2"  # which attempt "the latest" was
+    first = read(admin, path, attempt=1)
+    assert first.text == "index 0 attempt 1\n"
+    assert first.headers["Nodus-Attempt"] == "1"
     assert read(admin, path, index=1).text == "index 1 attempt 1\n"
     assert read(admin, path, index=1, timestamps=True).text == "2026-11-29T12:00:00.123456000Z index 1 attempt 1\n"
 

@@ -286,13 +286,18 @@ async def _chunks(reader: LogReader, options: LogOptions) -> AsyncIterator[bytes
 
 
 class LogResponse(Response):
-    """A ``text/plain`` stream that ends with the log, or at once when the client disconnects."""
+    """A ``text/plain`` stream that ends with the log, or at once when the client disconnects.
 
-    def __init__(self, reader: LogReader, options: LogOptions, slot: Slot | None) -> None:
+    The ``Nodus-Attempt`` header names the attempt's number, so a reader that asked for the latest attempt knows
+    which one it got (and which number a replacement must exceed).
+    """
+
+    def __init__(self, reader: LogReader, options: LogOptions, slot: Slot | None, number: object) -> None:
         super().__init__(status_code=200, media_type="text/plain; charset=utf-8")
         self._reader = reader
         self._options = options
         self._slot = slot
+        self._number = number
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         headers = [
@@ -300,6 +305,8 @@ class LogResponse(Response):
             (b"cache-control", b"no-cache, private"),
             (b"x-content-type-options", b"nosniff"),
         ]
+        if isinstance(self._number, int):
+            headers.append((b"nodus-attempt", str(self._number).encode()))
         try:
             await streaming.stream(receive, send, headers, lambda: self._pump(send), f"the log of {self._reader.name}")
         finally:
@@ -322,7 +329,7 @@ async def _serve(request: Request, principal: Principal, attempt: dict[str, Any]
         if slot is not None:
             slot.release()
         raise
-    return LogResponse(reader, options, slot)
+    return LogResponse(reader, options, slot, (attempt.get("spec") or {}).get("number"))
 
 
 # --- endpoints -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ DEV_ARGS ?=
 # accessibility test. The target is the last file copied, so a changed lock file copies them again.
 CONSOLE_VENDOR := nodus/console/vendor/uPlot.iife.min.js
 
-.PHONY: dev test lint unit e2e test-slow openapi bench kubectl clean fmt console
+.PHONY: dev test test-fast test-slow lint fmt openapi bench kubectl console clean
 
 $(CONSOLE_VENDOR): console/package.json console/package-lock.json
 	@command -v npm >/dev/null || ./.ci/install-system-packages
@@ -50,6 +50,11 @@ dev: $(RUN_STAMP)
 ## Lint, then every test that is not marked slow.
 test: lint
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+## The fast tier for the edit-test loop: unit and in-process API tests, no server or agent processes (about two
+## minutes). Not a substitute for `make test`, which CI runs.
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -m 'not slow and not e2e' $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check nodus tests bench migrations

@@ -15,6 +15,16 @@ from tests.support import cluster as clusters
 from tests.support import databases
 from tests.tools import kubectl as kubectl_tool
 
+E2E_TESTS = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/e2e drives real server and agent processes, so it is an ``e2e`` test whether or not
+    its module says so: ``make test-fast`` (``-m 'not slow and not e2e'``) leaves it out."""
+    for item in items:
+        if item.path.is_relative_to(E2E_TESTS):
+            item.add_marker(pytest.mark.e2e)
+
 
 @pytest.fixture(scope="session")
 def database_server() -> Iterator[str]:

@@ -45,6 +45,7 @@ from nodus.agent.runtime import Runtime
 from nodus.apimachinery import units
 from nodus.apis.v1 import labels, objects, phases
 from nodus.apis.v1.attempt import StopRequest
+from nodus.apis.v1.lease import node_lease_name
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
 
@@ -252,16 +253,30 @@ class Agent:
         return capacity, indexes
 
     async def _heartbeat(self) -> None:
+        """Renew the node's heartbeat Lease every interval (ADR 0055): one small write that only Lease watchers
+        see, where a Node status write would reach every Node watcher. The Node's status is written only when
+        something in it changes."""
         interval = self.settings.heartbeat_interval.total_seconds()
+        node = self.settings.node_name
         while True:
             await asyncio.sleep(interval)
-            patch = {"status": {"heartbeatTime": units.format_micro_time(units.now())}}
+            renewal = {"spec": {"holderIdentity": node, "renewTime": units.format_micro_time(units.now())}}
             try:
-                await self.client.patch("nodes", self.settings.node_name, patch, subresource="status")
-            except errors.NotFound:
-                self.leave("the Node was deleted", 0)
+                try:
+                    await self.client.patch("leases", node_lease_name(node), renewal)
+                except errors.NotFound:
+                    await self._heartbeat_without_lease(node)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+
+    async def _heartbeat_without_lease(self, node: str) -> None:
+        """No Lease to renew: the Node is gone (leave), or the lifecycle controller has not created its Lease yet
+        (it does once it sees the Node), and until then the heartbeat goes on the Node's status."""
+        patch = {"status": {"heartbeatTime": units.format_micro_time(units.now())}}
+        try:
+            await self.client.patch("nodes", node, patch, subresource="status")
+        except errors.NotFound:
+            self.leave("the Node was deleted", 0)
 
     async def _report_notice(self, notice: dict[str, str]) -> None:
         """The provider's notice that it takes this host back, on the Node for the controllers to act on."""

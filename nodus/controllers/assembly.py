@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from nodus.apis.v1 import objects
+from nodus.apis.v1 import labels, objects
 from nodus.client import Client, ClientConfig, errors
 from nodus.client.informers import Handler, Informer, Object
 from nodus.client.leaderelection import LeaderElector
@@ -55,7 +55,7 @@ from nodus.controllers.jobs.reconciling import (
 from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
 from nodus.controllers.nodes.draining import Draining
 from nodus.controllers.nodes.hosts import Hosts
-from nodus.controllers.nodes.lifecycle import NodeLifecycle
+from nodus.controllers.nodes.lifecycle import NodeLifecycle, enqueue_node_of_lease
 from nodus.controllers.nodes.provisioning import (
     NODE_INDEX,
     RAN_ON_INDEX,
@@ -238,17 +238,21 @@ class Controllers:
         provisioner = AttemptProvisioner(client, attempts, nodes, offerings, provider_name)
         manager.add_controller("provisioner", provisioner, provision_queue, workers)
 
+        # Only the nodes' heartbeat Leases (labelled with their node), not the controllers' own election lease.
+        node_leases = manager.informer("leases", label_selector=labels.NODE, resync=settings.resync)
+        lifecycle = NodeLifecycle(
+            client, nodes, attempts, node_leases, grace=settings.node_grace, boot_timeout=settings.boot_timeout
+        )
         for name, reconciler in (
             ("idle-hosts", IdleHosts(client, attempts, nodes)),
             ("draining", Draining(client, nodes, attempts)),
-            (
-                "node-lifecycle",
-                NodeLifecycle(client, nodes, attempts, grace=settings.node_grace, boot_timeout=settings.boot_timeout),
-            ),
+            ("node-lifecycle", lifecycle),
         ):
             queue: WorkQueue[Any] = WorkQueue()
             nodes.add_handler(enqueue_object(queue))
             attempts.add_handler(_enqueue_nodes_of_attempt(queue))
+            if reconciler is lifecycle:
+                node_leases.add_handler(enqueue_node_of_lease(queue))
             manager.add_controller(name, reconciler, queue, workers)
 
         if self.cloud is not None:

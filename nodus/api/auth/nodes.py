@@ -10,6 +10,8 @@ A node may:
 
 * read Offerings and Nodes (they describe the installation, as they do for every user);
 * write the status of its own Node, and exchange its credential for a fresh one (rotation);
+* read and renew its own heartbeat Lease, ``leases/node.<its name>`` (ADR 0055); the node lifecycle controller
+  creates it;
 * list and watch Attempts only with the label selector ``nodus.dev/node=<its name>`` (the server then
   shows it nothing else), and those of one gang epoch it runs a rank of (``nodus.dev/job=J,
   nodus.dev/gang-epoch=E`` in that project: its peers' mesh endpoints);
@@ -37,6 +39,7 @@ from nodus.api.errors import APIError
 from nodus.api.registry import GROUP
 from nodus.apimachinery.selectors import LabelSelector, Operator, SelectorError, parse_label_selector
 from nodus.apis.v1 import labels, phases
+from nodus.apis.v1.lease import node_lease_name
 
 Object = dict[str, Any]
 READ_VERBS = frozenset({"get", "list", "watch"})
@@ -150,6 +153,8 @@ def _static(attrs: Attributes, node: str) -> bool:
         return attrs.name == node
     if resource == "nodecredentials" and verb == "create":
         return attrs.name == node
+    if resource == "leases" and not sub and verb in ("get", "update", "patch"):
+        return attrs.name == node_lease_name(node)
     if resource == "attempts" and verb in ("list", "watch") and not sub:
         return _selects_node(attrs.label_selector, node)
     return False

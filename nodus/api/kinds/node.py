@@ -2,7 +2,8 @@
 
 A Node is created by the provisioner when the scheduler asks for new capacity on an offering (or by
 an agent started by hand), brought up by the provider, registered and kept alive by its agent's
-heartbeats, and marked ``Lost`` by the node lifecycle controller when the heartbeats lapse. Only
+heartbeats (renewals of its Lease ``node.<name>``, ADR 0055), and marked ``Lost`` by the node lifecycle
+controller when the heartbeats lapse. Only
 Nodus writes Nodes; everyone may read them. Unlike most kinds, a Node may be created with its
 status: the provisioner records ``Booting`` in the same write that creates it.
 
@@ -20,6 +21,7 @@ from nodus.api.registry import KindInfo, PrinterColumn
 from nodus.api.strategy import Object, Strategy
 from nodus.apimachinery import fieldpath
 from nodus.apimachinery.fieldpath import FieldError, Path
+from nodus.apis.v1.lease import NODE_NAME_MAX
 from nodus.apis.v1.node import NodeSpec, NodeStatus
 
 
@@ -44,6 +46,16 @@ class NodeStrategy(Strategy):
                     Path("spec", "pool"),
                     "a Node provides either an offering or a pool host's own shape, not both: drop spec.pool or "
                     "spec.offering",
+                )
+            )
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if len(name) > NODE_NAME_MAX:
+            errors.append(
+                fieldpath.invalid(
+                    Path("metadata", "name"),
+                    name,
+                    f"must be no more than {NODE_NAME_MAX} characters: the node's heartbeat Lease is named "
+                    f"node.<name> (ADR 0055); start the agent with a shorter --node-name",
                 )
             )
         if isinstance(obj.get("status"), dict):
@@ -92,7 +104,8 @@ NODE = KindInfo(
     singular="node",
     namespaced=False,
     description="Node is a host that runs Attempts: it provides one Offering (brought up by a provider) or joined a "
-    "project's Pool, and is kept alive by its agent's heartbeats. Only Nodus writes Nodes.",
+    "project's Pool, and is kept alive by its agent's heartbeats (renewals of the Lease node.<name>). Only Nodus "
+    "writes Nodes.",
     spec_model=NodeSpec,
     status_model=NodeStatus,
     strategy=NodeStrategy(),
@@ -108,7 +121,7 @@ NODE = KindInfo(
         PrinterColumn("Ready", "string", ".status.conditions[?(@.type=='Ready')].status", "Ready.", value=_ready),
         PrinterColumn("GPUs", "integer", ".status.capacity.gpus", "GPUs on the host.", value=_gpus),
         PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the node was created."),
-        PrinterColumn("Heartbeat", "date", ".status.heartbeatTime", "The agent's last heartbeat.", priority=1),
+        PrinterColumn("Ready Since", "date", ".status.readyTime", "When the agent registered.", priority=1),
         PrinterColumn("Runtime", "string", ".status.runtime", "The agent's sandbox.", priority=1),
         PrinterColumn("Reason", "string", ".status.reason", "Reason explains the phase.", priority=1),
     ),

@@ -20,3 +20,20 @@ class LeaseSpec(WireModel):
     )
     lease_transitions: int | None = Field(None, ge=0, description="LeaseTransitions counts changes of holder.")
     renew_time: str | None = Field(None, description="RenewTime is the holder's last renewal.")
+
+
+NODE_LEASE_PREFIX = "node."
+"""A node's heartbeat Lease is named ``node.<node name>`` (ADR 0055). The prefix keeps node leases apart from the
+controllers' election lease, whatever a host names itself; the longest Node name leaves room for it."""
+
+NODE_NAME_MAX = 253 - len(NODE_LEASE_PREFIX)
+
+
+def node_lease_name(node: str) -> str:
+    """The name of the Lease that node ``node``'s agent renews."""
+    return NODE_LEASE_PREFIX + node
+
+
+def node_of_lease(name: str) -> str | None:
+    """The node whose heartbeat Lease is named ``name``; None for other leases."""
+    return name[len(NODE_LEASE_PREFIX) :] if name.startswith(NODE_LEASE_PREFIX) else None

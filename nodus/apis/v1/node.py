@@ -79,7 +79,11 @@ class NodeStatus(WireModel):
     capacity: NodeCapacity | None = Field(None, description="Capacity is what the host offers.")
     conditions: list[Condition] | None = Field(None, description="Conditions include Ready.")
     gpu_indexes: list[int] | None = Field(None, alias="gpuIndexes", description="GPUIndexes are the host's GPUs.")
-    heartbeat_time: str | None = Field(None, description="HeartbeatTime is the agent's last heartbeat.")
+    heartbeat_time: str | None = Field(
+        None,
+        description="HeartbeatTime is the agent's last heartbeat written on the Node: at registration, and while "
+        "its Lease does not exist yet. Renewals go to the Lease node.<name>.",
+    )
     idle_since: str | None = Field(None, description="IdleSince is when the host's last attempt ended.")
     message: str | None = Field(None, description="Message explains the phase.")
     phase: NodePhase | None = Field(None, description="Phase is Booting, Ready, Lost, Failed or Terminating.")

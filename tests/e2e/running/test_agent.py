@@ -113,18 +113,20 @@ def test_an_agent_renews_its_credential_while_it_runs(running: Running) -> None:
             )
             assert credential.read_bytes() != first
 
-            def beating() -> bool:
-                with running.client() as client:
-                    before = client.get(f"{API}/nodes/renewing-1").json()["status"]["heartbeatTime"]
-                    return bool(
-                        running.wait_for(
-                            "a new heartbeat",
-                            lambda: client.get(f"{API}/nodes/renewing-1").json()["status"]["heartbeatTime"] != before,
-                            timeout=10,
-                        )
-                    )
+            # Heartbeats renew the node's Lease (the lifecycle controller created it); the Node is not written.
+            with running.client() as client:
+                lease = f"{API}/leases/node.renewing-1"
+                running.wait_for("the node's Lease", lambda: client.get(lease).status_code == 200, timeout=30)
+                node_version = client.get(f"{API}/nodes/renewing-1").json()["metadata"]["resourceVersion"]
+                renewals: set[str] = set()
 
-            assert beating()
+                def renewed_thrice() -> bool:
+                    renewals.add(client.get(lease).json()["spec"].get("renewTime") or "")
+                    return len(renewals - {""}) >= 3
+
+                running.wait_for("three renewals of the Lease", renewed_thrice, timeout=20)
+                assert client.get(lease).json()["spec"]["holderIdentity"] == "renewing-1"
+                assert client.get(f"{API}/nodes/renewing-1").json()["metadata"]["resourceVersion"] == node_version
             assert agent.poll() is None
         finally:
             agent.send_signal(signal.SIGTERM)

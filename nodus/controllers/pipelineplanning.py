@@ -257,31 +257,49 @@ def _status(
         status["completionTime"] = (old.completion_time if same_run else None) or units.format_time(now)
     stages: list[Object] = []
     for stage in pipeline.spec.stages:
-        if stage.name in kept:
-            stages.append(kept[stage.name].to_json())  # its Job is gone; what it did is still shown
+        name = stage.name
+        if name in kept:
+            stages.append(kept[name].to_json())  # its Job is gone; what it did is still shown
             continue
-        job = jobs.get(stage.name)
-        entry: Object = {"name": stage.name, "phase": phase_of[stage.name]}
-        if stage.name in names:
-            entry["job"] = names[stage.name]
-        run = seen.stage_runs.get(stage.name, 1)
-        if run > 1:
-            entry["run"] = run
-        if stage.name in reused:
-            entry["reused"] = True
-        elif job is not None:
-            for key, value in (
-                ("startTime", job.status.start_time),
-                ("completionTime", job.status.completion_time),
-                ("costUSD", str(_cost(job))),
-                ("message", job.status.message if phase_of[stage.name] == "Failed" else None),
-            ):
-                if value is not None:
-                    entry[key] = value
-        if job is None and phase_of[stage.name] == "Skipped":
-            entry["message"] = "A stage it depends on did not succeed."
-        stages.append(entry)
+        run = seen.stage_runs.get(name, 1)
+        stages.append(_stage_status(name, phase_of[name], jobs.get(name), names.get(name), run, name in reused))
     status["stages"] = stages
+    _show_conditions(status, phase, reason, message, now, generation)
+    return status
+
+
+def _stage_status(
+    name: str, phase: StagePhase, job: objects.Job | None, job_name: str | None, run: int, reused: bool
+) -> Object:
+    """The status entry of stage ``name``, whose Job is ``job`` (None: there is none, yet or at all) and is to be
+    named ``job_name``: its phase, Job and run (shown from the second on). A reused Job is marked so; any other
+    reports its times and cost, and its message when the stage Failed. A Skipped stage without a Job says why."""
+    entry: Object = {"name": name, "phase": phase}
+    if job_name is not None:
+        entry["job"] = job_name
+    if run > 1:
+        entry["run"] = run
+    if reused:
+        entry["reused"] = True
+    elif job is not None:
+        for key, value in (
+            ("startTime", job.status.start_time),
+            ("completionTime", job.status.completion_time),
+            ("costUSD", str(_cost(job))),
+            ("message", job.status.message if phase == "Failed" else None),
+        ):
+            if value is not None:
+                entry[key] = value
+    if job is None and phase == "Skipped":
+        entry["message"] = "A stage it depends on did not succeed."
+    return entry
+
+
+def _show_conditions(
+    status: Object, phase: PipelinePhase, reason: str | None, message: str, now: datetime, generation: int
+) -> None:
+    """Set in ``status`` the conditions of ``phase`` (Complete, Failed, Suspended) True with ``message``, and turn
+    False those ``status`` carries that ``phase`` does not show; ``status["conditions"]`` is dropped while empty."""
     shown: tuple[tuple[PipelineConditionType, bool, str], ...] = (
         ("Complete", phase == "Succeeded", "Succeeded"),
         ("Failed", phase == "Failed", reason or "StageFailed"),
@@ -294,4 +312,3 @@ def _status(
             conditions.set(status, type_, "False", f"Not{type_}", f"The Pipeline is {phase}.", now, generation)
     if not status["conditions"]:
         del status["conditions"]
-    return status

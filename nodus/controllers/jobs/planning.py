@@ -106,8 +106,6 @@ def plan(
 def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lookup, scales: TimeScales) -> Plan:
     job = objects.read(objects.Job, obj)
     spec, meta = job.spec, job.metadata
-    # The Job's spec as stored, for what copies or sizes it as JSON (a gang epoch's members).
-    wire_spec: Object = obj["spec"]
     generation = meta.generation or 1  # the server numbers generations from 1
     status = copy.deepcopy(obj.get("status") or {})
     status["observedGeneration"] = generation
@@ -128,13 +126,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
     reporting.collect(status, spec, raw, now)
     recovering.report(status, slots)
     if job.status.phase in phases.JOB_FINISHED:
-        result.stop = [(a, job.status.reason or "Superseded") for a in live]
-        result.remove_finalizer = has_finalizer and not live
-        _ttl(result, spec, job.status.completion_time, now)
-        retained_until = recovering.retention_end(spec, status)
-        if retained_until is not None and now < retained_until and status.get("checkpoint"):
-            result.wake_at(now, retained_until)  # the kept checkpoints leave status.storage then
-        return result
+        return _finished(result, job, live, has_finalizer, now)
 
     if (job.status.phase or "Pending") == "Pending":
         pinned = pinning.pin(spec, lookup)
@@ -142,20 +134,12 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             return _blocked(result, raw, now, pinned, generation)
         status.update(pinned.status())
         _admit(status, spec, generation, now)
-        result.add_finalizer = not has_finalizer
-    elif not has_finalizer:
-        result.add_finalizer = True
+    result.add_finalizer = not has_finalizer
 
-    requested = meta.annotations.get(labels.RESTART_REQUESTED_AT)
-    # The requests handled so far, as this status will record them.
-    handled: dict[str, str] = status.setdefault("handledRequests", {})
-    if requested and handled.get("restart") != requested:
-        handled["restart"] = requested
+    if _restart_requested(status, meta.annotations.get(labels.RESTART_REQUESTED_AT)):
         result.stop = [(a, "Restart") for a in live]
         result.checkpoint_first = spec.recovery.continuity == "Checkpointed"
         return result
-    if not handled:
-        status.pop("handledRequests")
 
     if spec.state == "Cancelled":
         return _finish(result, raw, now, "Cancelled", "Cancelled", "The Job was cancelled.")
@@ -183,19 +167,71 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             return _finish(result, raw, now, "Failed", "CapacityUnavailable", message.strip())
         result.wake_at(now, queue_deadline)
 
+    failure = _failure(spec, slots, raw, attempts)
+    if failure is not None:
+        return _finish(result, raw, now, "Failed", *failure)
+    completions = spec.completions
+    if len(slots.succeeded_indexes()) >= completions:
+        return _finish(result, raw, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded.")
+
+    return _advance(result, obj, job, attempts, slots, raw, live, lookup, scales, now)
+
+
+def _finished(result: Plan, job: objects.Job, live: list[Object], has_finalizer: bool, now: datetime) -> Plan:
+    """The plan for a Job in a terminal phase: the attempts still live are stopped (for the Job's reason), the
+    finalizer is lifted once none is, the Job is deleted ``ttlSecondsAfterFinished`` after it finished (once no attempt
+    is left to stop), and it is woken when the checkpoints it keeps are due to leave ``status.storage``."""
+    status = result.status
+    result.stop = [(a, job.status.reason or "Superseded") for a in live]
+    result.remove_finalizer = has_finalizer and not live
+    _ttl(result, job.spec, job.status.completion_time, now)
+    retained_until = recovering.retention_end(job.spec, status)
+    if retained_until is not None and now < retained_until and status.get("checkpoint"):
+        result.wake_at(now, retained_until)  # the kept checkpoints leave status.storage then
+    return result
+
+
+def _restart_requested(status: Object, requested: str | None) -> bool:
+    """Whether ``requested`` (the Job's restart-requested-at annotation) asks for a restart not handled yet; if it
+    does, it is recorded as handled in ``status["handledRequests"]``. That record is left out of ``status`` while it
+    holds nothing."""
+    # The requests handled so far, as this status will record them.
+    handled: dict[str, str] = status.setdefault("handledRequests", {})
+    if requested and handled.get("restart") != requested:
+        handled["restart"] = requested
+        return True
+    if not handled:
+        status.pop("handledRequests")
+    return False
+
+
+def _failure(spec: JobSpec, slots: Slots, raw: Slots, attempts: list[Object]) -> tuple[str, str] | None:
+    """The (reason, message) the Job fails with under its failure limits, the first that applies in this order: an
+    attempt ended for a permanent reason, more attempts failed than ``backoffLimit``, capacity was lost too often
+    (:func:`_capacity_lost`), a gang failed to assemble too often. None: the Job is within every limit."""
     permanent = _permanent_failure(raw)
     if permanent is not None:
-        return _finish(result, raw, now, "Failed", *permanent)
+        return permanent
     if slots.failed > spec.backoff_limit:
         last = slots.last_failed()
         detail = (slots.view(last).status.message or "") if last is not None else ""
         message = f"{slots.failed} attempts failed; backoffLimit is {spec.backoff_limit}. Last failure: {detail}"
-        return _finish(result, raw, now, "Failed", "BackoffLimitExceeded", message.strip())
+        return "BackoffLimitExceeded", message.strip()
+    lost = _capacity_lost(spec, slots)
+    if lost is not None:
+        return lost
+    if gangs.is_gang(spec):
+        return gangplanning.assembly_exhausted(spec, attempts)
+    return None
 
-    completions = spec.completions
+
+def _capacity_lost(spec: JobSpec, slots: Slots) -> tuple[str, str] | None:
+    """The (reason, message) the Job fails with for capacity its attempts lost: an unfinished index lost it
+    ``recovery.maxAttempts`` times before running ``recovery.minProgressDuration`` (``RecoveryExhausted``), or, with
+    ``recovery.onInterruption: Fail``, any attempt lost it (``Interrupted``). None: neither happened."""
     max_lost = spec.recovery.max_attempts
     progress = recovering.min_progress(spec)
-    for index in range(completions):
+    for index in range(spec.completions):
         slot = slots.slot(index)
         lost = recovering.counted_losses(slot, progress)
         if not slot.succeeded and not slot.live and lost >= max_lost:
@@ -203,7 +239,7 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
                 f"Index {index} lost its capacity {lost} times before running {spec.recovery.min_progress_duration}; "
                 f"recovery.maxAttempts is {max_lost}."
             )
-            return _finish(result, raw, now, "Failed", "RecoveryExhausted", message)
+            return "RecoveryExhausted", message
     if spec.recovery.on_interruption == "Fail":
         lost_attempt = recovering.interrupted(slots)
         if lost_attempt is not None:
@@ -212,16 +248,29 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
                 f"Attempt {lost_view.metadata.name} lost its capacity ({lost_view.status.reason or 'NodeLost'}) and "
                 "spec.recovery.onInterruption is Fail."
             )
-            return _finish(result, raw, now, "Failed", "Interrupted", message)
+            return "Interrupted", message
+    return None
 
-    if gang:
-        exhausted = gangplanning.assembly_exhausted(spec, attempts)
-        if exhausted is not None:
-            return _finish(result, raw, now, "Failed", *exhausted)
-    if len(slots.succeeded_indexes()) >= completions:
-        return _finish(result, raw, now, "Succeeded", "Completed", f"{completions} of {completions} indexes succeeded.")
 
-    indexes = _indexes_to_start(slots, completions, spec.parallelism)
+def _advance(
+    result: Plan,
+    obj: Object,
+    job: objects.Job,
+    attempts: list[Object],
+    slots: Slots,
+    raw: Slots,
+    live: list[Object],
+    lookup: pinning.Lookup,
+    scales: TimeScales,
+    now: datetime,
+) -> Plan:
+    """The plan for a Job that no rule before stopped, suspended or finished (``obj`` is the Job as stored, ``job``
+    its view): attempts are created for the indexes that need one, checkpoint requests are passed on to the live
+    attempts, a gang's epoch is settled, and the phase and funding are derived. When what new attempts would read
+    cannot be pinned, nothing is created: the Job fails, or waits saying why."""
+    spec, status = job.spec, result.status
+    gang = gangs.is_gang(spec)
+    indexes = _indexes_to_start(slots, spec.completions, spec.parallelism)
     if indexes:
         pins = pinning.pin(spec, lookup, status)
         if isinstance(pins, pinning.Blocked):
@@ -235,11 +284,15 @@ def _plan(obj: Object, attempts: list[Object], now: datetime, lookup: pinning.Lo
             for index in indexes
         ]
         if gang:
+            # The Job's spec as stored, for what copies or sizes it as JSON (a gang epoch's members).
+            wire_spec: Object = obj["spec"]
             result.create = gangplanning.start_epoch(result.create[0], wire_spec, attempts, slots.slot(0).next_number)
+    # The requests handled so far, as this status will record them (see _restart_requested).
+    handled: dict[str, str] = status.get("handledRequests", {})
     checkpoint_patches = recovering.requests(job, live, handled.get("checkpoint") if gang else None)
     result.patch += checkpoint_patches
     if any("checkpointRequest" in patch for _, patch in checkpoint_patches):
-        handled["checkpoint"] = meta.annotations[labels.CHECKPOINT_REQUESTED_AT]
+        handled["checkpoint"] = job.metadata.annotations[labels.CHECKPOINT_REQUESTED_AT]
         status["handledRequests"] = handled
     if gang:
         settled = gangplanning.settle(spec, attempts, now, scales)

@@ -88,16 +88,7 @@ class Hosts:
             await self._preempt(node, at, message)
             return None
         if phase == "Booting" and not self._provider.is_up(name) and not self._provider.adopt(obj):
-            offering = self._offerings.get(None, node.spec.offering or "")
-            if offering is None:
-                await self._set_status(name, "Failed", "BootFailed", f"Offering {node.spec.offering} is gone.")
-                return None
-            try:
-                await self._provider.boot(obj, offering, await jointokens.issue(self._client, obj))
-            except BootRefused as refused:
-                # Out of capacity (CapacityBusy) or a setting to fix: the Node fails and its attempt is placed again.
-                log.warning("node %s did not boot: %s", name, refused.message)
-                await self._set_status(name, "Failed", refused.reason, refused.message)
+            await self._boot(obj, node)
             return None
         if phase == "Ready" and name not in self._registered:
             # The agent has its own credential now: its join token is of no more use to anyone.
@@ -109,21 +100,44 @@ class Hosts:
             await self._client.patch("nodes", name, {"metadata": {"annotations": record}})
             return None
         if phase == "Terminating":
-            deadline = units.time_or_none(node.metadata.annotations.get(labels.TERMINATE_AT))
-            if deadline is not None and now < deadline:
-                return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
-            await self._provider.terminate(name, 0 if deadline is not None else 10)
-            if self._live(name):
-                # The host is gone with attempts its agent never reported: they are lost with it.
-                reason = status.reason or "NodeLost"
-                await self._set_status(name, "Lost", reason, "The host went away before its attempts ended.")
-                return None
-            return await self._delete_when_done(node, now)
+            return await self._take_down(node, now)
         if phase in ("Lost", "Failed"):
             self._provider.kill(name)
             await self._provider.terminate(name, 0)
             return await self._delete_when_done(node, now)
         return None
+
+    async def _boot(self, obj: Object, node: objects.Node) -> None:
+        """Have the provider boot a host for the ``Booting`` Node ``node`` (``obj`` as stored), with a join token
+        issued for it. When the Node's Offering is gone or the provider refuses, the Node is set ``Failed`` instead."""
+        name = node.metadata.name
+        offering = self._offerings.get(None, node.spec.offering or "")
+        if offering is None:
+            await self._set_status(name, "Failed", "BootFailed", f"Offering {node.spec.offering} is gone.")
+            return
+        try:
+            await self._provider.boot(obj, offering, await jointokens.issue(self._client, obj))
+        except BootRefused as refused:
+            # Out of capacity (CapacityBusy) or a setting to fix: the Node fails and its attempt is placed again.
+            log.warning("node %s did not boot: %s", name, refused.message)
+            await self._set_status(name, "Failed", refused.reason, refused.message)
+
+    async def _take_down(self, node: objects.Node, now: datetime) -> Result | None:
+        """Take down the host of the ``Terminating`` Node ``node``: a preempted one (it carries a deadline) is requeued
+        until its deadline and then terminated without grace; one released idle is terminated at once, its agent given
+        10 seconds. Attempts on it still live then are lost with it (the Node turns ``Lost``); otherwise the Node is
+        deleted when done (:meth:`_delete_when_done`)."""
+        name = node.metadata.name
+        deadline = units.time_or_none(node.metadata.annotations.get(labels.TERMINATE_AT))
+        if deadline is not None and now < deadline:
+            return Result(requeue_after=(deadline - now).total_seconds() + 0.05)
+        await self._provider.terminate(name, 0 if deadline is not None else 10)
+        if self._live(name):
+            # The host is gone with attempts its agent never reported: they are lost with it.
+            reason = node.status.reason or "NodeLost"
+            await self._set_status(name, "Lost", reason, "The host went away before its attempts ended.")
+            return None
+        return await self._delete_when_done(node, now)
 
     async def _delete_when_done(self, node: objects.Node, now: Any) -> Result | None:
         name = node.metadata.name

@@ -134,75 +134,110 @@ def parse_label_selector(text: str | None) -> LabelSelector:
     """Parse a ``labelSelector`` query value. Raises :class:`SelectorError` with a readable message."""
     if text is None or text.strip() == "":
         return LabelSelector()
-    tokens = _tokens(text)
+    parser = _LabelParser(text)
     requirements: list[Requirement] = []
-    i = 0
-
-    def expect_value() -> str:
-        nonlocal i
-        if i < len(tokens) and tokens[i] not in (",", "(", ")", "=", "==", "!=", "!", ">", "<"):
-            value = tokens[i]
-            i += 1
-            return _check_value(value, text)
-        return ""
-
-    while i < len(tokens):
-        token = tokens[i]
-        if token == "!":
-            i += 1
-            if i >= len(tokens):
-                raise SelectorError(f"expected a key after '!' in {text!r}")
-            requirements.append(Requirement(_check_key(tokens[i], text), Operator.DOES_NOT_EXIST))
-            i += 1
-        else:
-            key = _check_key(token, text)
-            i += 1
-            op = tokens[i] if i < len(tokens) else ","
-            if op == ",":
-                requirements.append(Requirement(key, Operator.EXISTS))
-            elif op in ("=", "=="):
-                i += 1
-                requirements.append(Requirement(key, Operator.EQUALS, (expect_value(),)))
-            elif op == "!=":
-                i += 1
-                requirements.append(Requirement(key, Operator.NOT_EQUALS, (expect_value(),)))
-            elif op in (">", "<"):
-                i += 1
-                bound = expect_value()
-                if not bound.lstrip("-").isdigit():
-                    raise SelectorError(f"'{op}' needs an integer value for key {key!r} in {text!r}")
-                operator = Operator.GREATER_THAN if op == ">" else Operator.LESS_THAN
-                requirements.append(Requirement(key, operator, (bound,)))
-            elif op in ("in", "notin"):
-                i += 1
-                if i >= len(tokens) or tokens[i] != "(":
-                    raise SelectorError(f"expected '(' after {op!r} in {text!r}")
-                i += 1
-                values: list[str] = []
-                while True:
-                    values.append(expect_value())
-                    if i >= len(tokens):
-                        raise SelectorError(f"expected ')' to close the set for key {key!r} in {text!r}")
-                    if tokens[i] == ")":
-                        i += 1
-                        break
-                    if tokens[i] != ",":
-                        raise SelectorError(f"expected ',' or ')' in the set for key {key!r} in {text!r}")
-                    i += 1
-                operator = Operator.IN if op == "in" else Operator.NOT_IN
-                requirements.append(Requirement(key, operator, tuple(sorted(set(values)))))
-            else:
-                raise SelectorError(
-                    f"unexpected {op!r} after key {key!r} in {text!r}; "
-                    "use =, ==, !=, in (...), notin (...), or the key alone"
-                )
-        if i < len(tokens):
-            if tokens[i] != ",":
-                raise SelectorError(f"expected ',' between requirements in {text!r}, found {tokens[i]!r}")
-            i += 1
-            if i >= len(tokens):
-                raise SelectorError(f"trailing ',' in {text!r}")
+    while not parser.done():
+        requirements.append(parser.requirement())
+        parser.separator()
     return LabelSelector(tuple(requirements))
+
+
+class _LabelParser:
+    """Reads the tokens of one label selector left to right; ``pos`` is the next token to read. Each method
+    reads what it names and moves ``pos`` past it, or raises :class:`SelectorError` quoting the selector."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokens(text)
+        self.pos = 0
+
+    def done(self) -> bool:
+        """True once every token has been read."""
+        return self.pos >= len(self.tokens)
+
+    def requirement(self) -> Requirement:
+        """One requirement: ``!key``, or a key and the operator and values that follow it. Call only when not
+        :meth:`done`."""
+        if self.tokens[self.pos] == "!":
+            self.pos += 1
+            if self.done():
+                raise SelectorError(f"expected a key after '!' in {self.text!r}")
+            requirement = Requirement(_check_key(self.tokens[self.pos], self.text), Operator.DOES_NOT_EXIST)
+            self.pos += 1
+            return requirement
+        key = _check_key(self.tokens[self.pos], self.text)
+        self.pos += 1
+        return self._after_key(key)
+
+    def separator(self) -> None:
+        """The ``,`` after a requirement, unless it was the last; a ``,`` must be followed by another one."""
+        if self.done():
+            return
+        if self.tokens[self.pos] != ",":
+            raise SelectorError(f"expected ',' between requirements in {self.text!r}, found {self.tokens[self.pos]!r}")
+        self.pos += 1
+        if self.done():
+            raise SelectorError(f"trailing ',' in {self.text!r}")
+
+    def _after_key(self, key: str) -> Requirement:
+        """The requirement on ``key`` its operator makes; the key alone (before a ``,`` or at the end, the ``,``
+        not read) asks that it exists."""
+        op = "," if self.done() else self.tokens[self.pos]
+        if op == ",":
+            return Requirement(key, Operator.EXISTS)
+        if op in ("=", "=="):
+            self.pos += 1
+            return Requirement(key, Operator.EQUALS, (self._value(),))
+        if op == "!=":
+            self.pos += 1
+            return Requirement(key, Operator.NOT_EQUALS, (self._value(),))
+        if op in (">", "<"):
+            self.pos += 1
+            return self._bound(key, op)
+        if op in ("in", "notin"):
+            self.pos += 1
+            return self._set(key, op)
+        raise SelectorError(
+            f"unexpected {op!r} after key {key!r} in {self.text!r}; "
+            "use =, ==, !=, in (...), notin (...), or the key alone"
+        )
+
+    def _bound(self, key: str, op: str) -> Requirement:
+        """The integer bound after ``>`` or ``<`` (``op``, already read)."""
+        bound = self._value()
+        if not bound.lstrip("-").isdigit():
+            raise SelectorError(f"'{op}' needs an integer value for key {key!r} in {self.text!r}")
+        operator = Operator.GREATER_THAN if op == ">" else Operator.LESS_THAN
+        return Requirement(key, operator, (bound,))
+
+    def _set(self, key: str, op: str) -> Requirement:
+        """The ``(a,b,...)`` after ``in`` or ``notin`` (``op``, already read), its values sorted and without
+        repeats."""
+        if self.done() or self.tokens[self.pos] != "(":
+            raise SelectorError(f"expected '(' after {op!r} in {self.text!r}")
+        self.pos += 1
+        values: list[str] = []
+        while True:
+            values.append(self._value())
+            if self.done():
+                raise SelectorError(f"expected ')' to close the set for key {key!r} in {self.text!r}")
+            if self.tokens[self.pos] == ")":
+                self.pos += 1
+                break
+            if self.tokens[self.pos] != ",":
+                raise SelectorError(f"expected ',' or ')' in the set for key {key!r} in {self.text!r}")
+            self.pos += 1
+        operator = Operator.IN if op == "in" else Operator.NOT_IN
+        return Requirement(key, operator, tuple(sorted(set(values))))
+
+    def _value(self) -> str:
+        """The next token as a label value (checked); '' (the empty value), reading nothing, when the next token
+        is punctuation or there is none."""
+        if not self.done() and self.tokens[self.pos] not in (",", "(", ")", "=", "==", "!=", "!", ">", "<"):
+            value = self.tokens[self.pos]
+            self.pos += 1
+            return _check_value(value, self.text)
+        return ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,10 @@ class WatchFilter:
         if now_matches:
             return "ADDED"
         return "DELETED" if before else None
+
+
+_Chunk = Callable[[bytes], Awaitable[None]]
+"""Sends one piece of the response body (more follows)."""
 
 
 def _line(kind: str, obj: Any) -> bytes:
@@ -228,80 +233,111 @@ class _Watch:
         return await self.recheck(), loop.time() + watchaccess.RECHECK_SECONDS
 
     async def run(self, send: Any, transport: Any) -> None:
+        """Stream the watch to ``send`` until its timeout, the client leaving, a refusal or an error: the initial
+        events, then the cache read from ``start`` until caught up, then (on a real ``transport``, JSON) events
+        fed by the cache itself. A watch opened with ``error`` sends only that ERROR event."""
+
         async def chunk(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
         if self.error is not None:
-            await chunk(_line("ERROR", self.error.status_body(self.request_id, self.docs_base)))
+            await chunk(self._error_event(self.error))
             return
-        server, options, encoder = self.server, self.options, self.encoder
+        server = self.server
         cache = server.listwatch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
-        interval = server.settings.bookmark_interval
         sent = server.metrics.watch_events.labels(self.info.plural)
         watchers = server.metrics.watchers.labels(self.info.plural)
         watchers.inc()
         live: _LiveWatcher | None = None
         try:
-            for text in self.initial:
-                await chunk(encoder.initial(text))
-            if options.send_initial_events:
-                await chunk(encoder.bookmark(self.start, initial_end=True))
-            position, last_bookmark = self.start, loop.time()
-            idle = max(0.05, min(self.timeout, interval if options.allow_bookmarks else self.timeout))
-            if self.recheck is not None:
-                idle = min(idle, watchaccess.RECHECK_SECONDS)
-            due = loop.time() + watchaccess.RECHECK_SECONDS
-            fast = transport is not None and not encoder.table
-            async for event in cache.stream(self.start, idle):
-                now = loop.time()
-                if now >= deadline:
-                    return
-                refused, due = await self._refused(loop, due)
-                if refused is not None:
-                    await chunk(_line("ERROR", refused.status_body(self.request_id, self.docs_base)))
-                    return
-                if event is not None:
-                    position = event.rv
-                    kind = self.watch_filter.classify(event)
-                    if kind is not None:
-                        sent.inc()
-                        await chunk(encoder.event(kind, event))
-                if options.allow_bookmarks and now - last_bookmark >= interval:
-                    last_bookmark = now
-                    await chunk(encoder.bookmark(position))
-                if fast and position == cache.head:
-                    candidate = _LiveWatcher(self.info.kind, self.watch_filter, encoder, transport, sent)
-                    if cache.subscribe(candidate, position):
-                        live = candidate
-                        break
-            if live is None:
-                return
-            while not live.gone.is_set():
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return
-                wait = min(remaining, interval) if options.allow_bookmarks else remaining
-                if self.recheck is not None:
-                    wait = min(wait, max(due - loop.time(), 0.05))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(live.gone.wait(), wait)
-                refused, due = await self._refused(loop, due)
-                if refused is not None and not live.gone.is_set():
-                    live.write(_line("ERROR", refused.status_body(self.request_id, self.docs_base)))
-                    return
-                if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
-                    live.write(encoder.bookmark(cache.head))
+            await self._send_initial_events(chunk)
+            live, due = await self._catch_up(chunk, transport, loop, deadline, sent)
+            if live is not None:
+                await self._follow_live(live, loop, deadline, due)
         except APIError as error:
             if error.reason != "Expired":
                 raise
             # The watch fell out of the retention window: the stream ends with the 410 as its last event.
-            await chunk(_line("ERROR", error.status_body(self.request_id, self.docs_base)))
+            await chunk(self._error_event(error))
         finally:
             if live is not None:
                 cache.unsubscribe(live)
             watchers.dec()
+
+    def _error_event(self, error: APIError) -> bytes:
+        """The ERROR event that ends the stream with ``error``'s Status."""
+        return _line("ERROR", error.status_body(self.request_id, self.docs_base))
+
+    async def _send_initial_events(self, chunk: _Chunk) -> None:
+        """The initial list as ADDED events, then (``sendInitialEvents``) the bookmark that marks its end."""
+        for text in self.initial:
+            await chunk(self.encoder.initial(text))
+        if self.options.send_initial_events:
+            await chunk(self.encoder.bookmark(self.start, initial_end=True))
+
+    async def _catch_up(
+        self, chunk: _Chunk, transport: Any, loop: asyncio.AbstractEventLoop, deadline: float, sent: Any
+    ) -> tuple[_LiveWatcher | None, float]:
+        """Read the cache from ``start``, sending each event this watcher sees (counted in ``sent``) and a bookmark
+        every interval, until the ``deadline``, a refusal (sent as an ERROR event), or, when ``transport`` can
+        take a :class:`_LiveWatcher`, the head. Returns the live watcher subscribed there (None when the watch
+        ended here) and when access is next due for a recheck."""
+        options, encoder, cache = self.options, self.encoder, self.server.listwatch
+        interval = self.server.settings.bookmark_interval
+        position, last_bookmark = self.start, loop.time()
+        idle = max(0.05, min(self.timeout, interval if options.allow_bookmarks else self.timeout))
+        if self.recheck is not None:
+            idle = min(idle, watchaccess.RECHECK_SECONDS)
+        due = loop.time() + watchaccess.RECHECK_SECONDS
+        fast = transport is not None and not encoder.table
+        async for event in cache.stream(self.start, idle):
+            now = loop.time()
+            if now >= deadline:
+                return None, due
+            refused, due = await self._refused(loop, due)
+            if refused is not None:
+                await chunk(self._error_event(refused))
+                return None, due
+            if event is not None:
+                position = event.rv
+                kind = self.watch_filter.classify(event)
+                if kind is not None:
+                    sent.inc()
+                    await chunk(encoder.event(kind, event))
+            if options.allow_bookmarks and now - last_bookmark >= interval:
+                last_bookmark = now
+                await chunk(encoder.bookmark(position))
+            if fast and position == cache.head:
+                candidate = _LiveWatcher(self.info.kind, self.watch_filter, encoder, transport, sent)
+                if cache.subscribe(candidate, position):
+                    return candidate, due
+        return None, due
+
+    async def _follow_live(
+        self, live: _LiveWatcher, loop: asyncio.AbstractEventLoop, deadline: float, due: float
+    ) -> None:
+        """Wait while the cache feeds ``live``, until the ``deadline`` or the client leaving; write a bookmark
+        every interval, and end the stream with an ERROR event when a recheck (next ``due``) refuses the
+        caller."""
+        options, cache = self.options, self.server.listwatch
+        interval = self.server.settings.bookmark_interval
+        while not live.gone.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            wait = min(remaining, interval) if options.allow_bookmarks else remaining
+            if self.recheck is not None:
+                wait = min(wait, max(due - loop.time(), 0.05))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.gone.wait(), wait)
+            refused, due = await self._refused(loop, due)
+            if refused is not None and not live.gone.is_set():
+                live.write(self._error_event(refused))
+                return
+            if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
+                live.write(self.encoder.bookmark(cache.head))
 
 
 async def respond_watch(

@@ -179,8 +179,36 @@ def _validate_spec(obj: Object) -> list[FieldError]:
 
 def graph_rules(spec: JSONObject) -> list[FieldError]:
     """Names unique DNS labels, edges to stages that exist, ``fromStage`` outputs declared, no cycle."""
-    problems: list[FieldError] = []
     stages = list(objects(spec.get("stages")))
+    declared, problems = _stage_names(stages)
+    edges: dict[str, list[str]] = {}
+    for index, stage in stages:
+        name = as_str(stage.get("name"))
+        at = STAGES.index(index)
+        waits_for, depends_problems = _depends_on_edges(stage, name, at, declared)
+        reads_from, input_problems = _from_stage_edges(stage, name, at, declared)
+        problems.extend(depends_problems)
+        problems.extend(input_problems)
+        if name is not None and name not in edges:
+            edges[name] = list(dict.fromkeys(waits_for + reads_from))
+    cycle = stagegraph.find_cycle(edges)
+    if cycle is not None:
+        problems.append(
+            fieldpath.invalid(
+                STAGES,
+                " -> ".join(cycle),
+                "the stages wait for each other in a cycle, so none of them could start; remove one of these "
+                "dependsOn or fromStage edges",
+            )
+        )
+    return problems
+
+
+def _stage_names(stages: list[tuple[int, JSONObject]]) -> tuple[dict[str, set[str]], list[FieldError]]:
+    """The outputs each stage name declares (its template's ``spec.outputs`` and ``outputs``, the implicit
+    one), and the problems with the names: not a DNS label, or a duplicate (only the first stage of a name
+    declares). Stages without a name are skipped."""
+    problems: list[FieldError] = []
     declared: dict[str, set[str]] = {}
     for index, stage in stages:
         name = as_str(stage.get("name"))
@@ -193,59 +221,63 @@ def graph_rules(spec: JSONObject) -> list[FieldError]:
         problems.extend(objectmeta.validate_name(name, at, dns_label=True))
         outputs = (as_object((as_object(stage.get("template")) or {}).get("spec")) or {}).get("outputs")
         declared[name] = {IMPLICIT_OUTPUT} | {str(o.get("name")) for _, o in objects(outputs)}
-    edges: dict[str, list[str]] = {}
-    for index, stage in stages:
-        name = as_str(stage.get("name"))
-        at = STAGES.index(index)
-        ups: list[str] = []
-        depends = stage.get("dependsOn")
-        for j, up in enumerate(depends if isinstance(depends, list) else []):
-            if not isinstance(up, str):
-                continue
-            if up not in declared:
-                problems.append(_no_stage(at.child("dependsOn").index(j), up, declared))
-            elif up == name:
-                problems.append(fieldpath.invalid(at.child("dependsOn").index(j), up, "a stage cannot wait for itself"))
-            ups.append(up)
-        template_spec = as_object((as_object(stage.get("template")) or {}).get("spec")) or {}
-        for j, item in objects(template_spec.get("inputs")):
-            source = as_object(item.get("fromStage"))
-            if source is None:
-                continue
-            source_path = at.child("template", "spec", "inputs").index(j).child("fromStage")
-            producer, output = as_str(source.get("stage")), as_str(source.get("output"))
-            if producer is None:
-                continue
-            if producer not in declared:
-                problems.append(_no_stage(source_path.child("stage"), producer, declared))
-            elif producer == name:
-                problems.append(
-                    fieldpath.invalid(source_path.child("stage"), producer, "a stage cannot read its own output")
-                )
-            elif output is not None and output not in declared[producer]:
-                known = ", ".join(sorted(declared[producer]))
-                problems.append(
-                    fieldpath.invalid(
-                        source_path.child("output"),
-                        output,
-                        f"stage {producer} declares no such output; its outputs are {known} (declare it in "
-                        f"its template's spec.outputs, or write it under /nodus/outputs and read outputs)",
-                    )
-                )
-            ups.append(producer)
-        if name is not None and name not in edges:
-            edges[name] = list(dict.fromkeys(ups))
-    cycle = stagegraph.find_cycle(edges)
-    if cycle is not None:
-        problems.append(
-            fieldpath.invalid(
-                STAGES,
-                " -> ".join(cycle),
-                "the stages wait for each other in a cycle, so none of them could start; remove one of these "
-                "dependsOn or fromStage edges",
+    return declared, problems
+
+
+def _depends_on_edges(
+    stage: JSONObject, name: str | None, at: Path, declared: dict[str, set[str]]
+) -> tuple[list[str], list[FieldError]]:
+    """The stages that ``stage`` (named ``name``, at ``at``) waits for by ``dependsOn``, in order, and the
+    problems with them: a stage that does not exist, or itself. Each is an edge even when it is a problem."""
+    problems: list[FieldError] = []
+    ups: list[str] = []
+    depends = stage.get("dependsOn")
+    for j, up in enumerate(depends if isinstance(depends, list) else []):
+        if not isinstance(up, str):
+            continue
+        if up not in declared:
+            problems.append(_no_stage(at.child("dependsOn").index(j), up, declared))
+        elif up == name:
+            problems.append(fieldpath.invalid(at.child("dependsOn").index(j), up, "a stage cannot wait for itself"))
+        ups.append(up)
+    return ups, problems
+
+
+def _from_stage_edges(
+    stage: JSONObject, name: str | None, at: Path, declared: dict[str, set[str]]
+) -> tuple[list[str], list[FieldError]]:
+    """The stages whose outputs ``stage`` (named ``name``, at ``at``) reads by its inputs' ``fromStage``, in
+    order, and the problems with them: a stage that does not exist, itself, or an output the producer does not
+    declare. Each is an edge even when it is a problem."""
+    problems: list[FieldError] = []
+    producers: list[str] = []
+    template_spec = as_object((as_object(stage.get("template")) or {}).get("spec")) or {}
+    for j, item in objects(template_spec.get("inputs")):
+        source = as_object(item.get("fromStage"))
+        if source is None:
+            continue
+        source_path = at.child("template", "spec", "inputs").index(j).child("fromStage")
+        producer, output = as_str(source.get("stage")), as_str(source.get("output"))
+        if producer is None:
+            continue
+        if producer not in declared:
+            problems.append(_no_stage(source_path.child("stage"), producer, declared))
+        elif producer == name:
+            problems.append(
+                fieldpath.invalid(source_path.child("stage"), producer, "a stage cannot read its own output")
             )
-        )
-    return problems
+        elif output is not None and output not in declared[producer]:
+            known = ", ".join(sorted(declared[producer]))
+            problems.append(
+                fieldpath.invalid(
+                    source_path.child("output"),
+                    output,
+                    f"stage {producer} declares no such output; its outputs are {known} (declare it in "
+                    f"its template's spec.outputs, or write it under /nodus/outputs and read outputs)",
+                )
+            )
+        producers.append(producer)
+    return producers, problems
 
 
 def _no_stage(path: Path, name: str, declared: dict[str, set[str]]) -> FieldError:

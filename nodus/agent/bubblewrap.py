@@ -150,11 +150,7 @@ class BubblewrapRuntime:
     async def _start(self, spec: runtime.RunSpec, proxy: egress.EgressProxy | None) -> BubblewrapProcess:
         control_read, control_write = os.pipe()
         status_read, status_write = os.pipe()
-        # (read end, write end) of every output stream: the program's, then each sidecar's.
-        pipes = {"stdout": os.pipe(), "stderr": os.pipe()}
-        for sidecar in spec.sidecars:
-            for stream in ("stdout", "stderr"):
-                pipes[_sidecar_stream(sidecar.name, stream)] = os.pipe()
+        pipes = _output_pipes(spec)
         sidecar_writes = [write for name, (_, write) in pipes.items() if name.startswith("sidecar/")]
         argv = sandbox_argv(
             self.bwrap,
@@ -225,16 +221,7 @@ class BubblewrapRuntime:
             for transport in transports:
                 transport.close()
             raise
-        if failure.startswith("sidecar "):
-            _, name, _, why = failure.split(" ", 3)
-            last = said[_sidecar_stream(name, "stderr")].decode("utf-8", errors="replace").strip().splitlines()
-            raise runtime.StartFailed(
-                f"sidecar {name} failed to start: {why}" + (f" (it said: {last[-1]})" if last else "")
-            )
-        if failure.startswith("failed "):
-            raise runtime.StartFailed(f"cannot run {spec.argv[0]!r}: {failure.removeprefix('failed ')}")
-        bwrap_said = said["stderr"].decode("utf-8", errors="replace").strip()
-        raise runtime.StartFailed(f"the sandbox could not be set up: {bwrap_said or f'bwrap exited {proc.returncode}'}")
+        raise _start_failure(spec, failure, said, proc.returncode)
 
 
 class BubblewrapProcess(runtime.HostProcess):
@@ -394,6 +381,40 @@ def _control_message(spec: runtime.RunSpec, fds: Mapping[str, int]) -> bytes:
         "proxy_port": egress.PROXY_PORT,
     }
     return json.dumps(message).encode()
+
+
+def _output_pipes(spec: runtime.RunSpec) -> dict[str, tuple[int, int]]:
+    """A new pipe for every output stream of ``spec``, keyed by the stream's name, in the order the agent opens
+    them: ``stdout`` and ``stderr`` of the program, then ``sidecar/<name>/stdout`` and ``.../stderr`` of each
+    sidecar (see :func:`_sidecar_stream`). The caller owns every descriptor and closes it."""
+    # (read end, write end) of every output stream: the program's, then each sidecar's.
+    pipes = {"stdout": os.pipe(), "stderr": os.pipe()}
+    for sidecar in spec.sidecars:
+        for stream in ("stdout", "stderr"):
+            pipes[_sidecar_stream(sidecar.name, stream)] = os.pipe()
+    return pipes
+
+
+def _start_failure(
+    spec: runtime.RunSpec, failure: str, said: Mapping[str, bytes], bwrap_returncode: int | None
+) -> runtime.StartFailed:
+    """The error for a start that ended before the program started; returned, not raised.
+
+    ``failure`` is the status line that ended the start (``sidecar <name> failed <why>`` or ``failed <why>``,
+    from the supervisor), or empty when the status pipe closed without one: then bwrap could not set the
+    sandbox up, and its stderr (else its exit status) says why. ``said`` is everything each output stream
+    of :func:`_output_pipes` carried; a failed sidecar's last line of stderr is quoted.
+    """
+    if failure.startswith("sidecar "):
+        _, name, _, why = failure.split(" ", 3)
+        last = said[_sidecar_stream(name, "stderr")].decode("utf-8", errors="replace").strip().splitlines()
+        return runtime.StartFailed(
+            f"sidecar {name} failed to start: {why}" + (f" (it said: {last[-1]})" if last else "")
+        )
+    if failure.startswith("failed "):
+        return runtime.StartFailed(f"cannot run {spec.argv[0]!r}: {failure.removeprefix('failed ')}")
+    bwrap_said = said["stderr"].decode("utf-8", errors="replace").strip()
+    return runtime.StartFailed(f"the sandbox could not be set up: {bwrap_said or f'bwrap exited {bwrap_returncode}'}")
 
 
 def _sidecar_stream(name: str, stream: str) -> str:

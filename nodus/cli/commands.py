@@ -37,22 +37,7 @@ def logs(args: argparse.Namespace) -> None:
     plural = {"job": "jobs", "jobs": "jobs", "nj": "jobs", "attempt": "attempts", "attempts": "attempts"}.get(kind)
     if plural is None or not name:
         raise SystemExit("nodus logs: name job/NAME or attempt/NAME")
-    params: dict[str, Any] = {}
-    if args.follow:
-        params["follow"] = "true"
-    if args.tail is not None:
-        params["tailLines"] = args.tail
-    if args.since is not None:
-        params["sinceSeconds"] = max(int(args.since.total_seconds()), 1)
-    if args.timestamps:
-        params["timestamps"] = "true"
-    if plural == "jobs":
-        if args.index is not None:
-            params["index"] = args.index
-        if args.attempt is not None:
-            params["attempt"] = args.attempt
-        if args.rank is not None:
-            params["rank"] = args.rank
+    params = _log_params(args, plural)
     path = f"/apis/nodus.dev/v1/namespaces/{args.project}/{plural}/{name}/log"
     config = ClientConfig.from_kubeconfig(kubeconfig_path(args))
 
@@ -81,6 +66,29 @@ def logs(args: argparse.Namespace) -> None:
             # The reader went away (`nodus logs ... | head`): stop quietly, as cat does.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(1) from None
+
+
+def _log_params(args: argparse.Namespace, plural: str) -> dict[str, Any]:
+    """The query of the log request for ``nodus logs``' flags: only the flags given, under the API's names.
+    ``--index``, ``--attempt`` and ``--rank`` choose among a Job's attempts, so they count only when
+    ``plural`` is ``jobs`` (an attempt names itself)."""
+    params: dict[str, Any] = {}
+    if args.follow:
+        params["follow"] = "true"
+    if args.tail is not None:
+        params["tailLines"] = args.tail
+    if args.since is not None:
+        params["sinceSeconds"] = max(int(args.since.total_seconds()), 1)
+    if args.timestamps:
+        params["timestamps"] = "true"
+    if plural == "jobs":
+        if args.index is not None:
+            params["index"] = args.index
+        if args.attempt is not None:
+            params["attempt"] = args.attempt
+        if args.rank is not None:
+            params["rank"] = args.rank
+    return params
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -59,18 +59,7 @@ def run(args: argparse.Namespace) -> None:
 
     from nodus.cli import jobbuilding
 
-    manifest = None
-    if args.filename:
-        if args.filename == "-" and not args.yes:
-            raise SystemExit(_usage("the manifest comes from stdin, so nothing can be asked: pass --yes"))
-        try:
-            text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SystemExit(_usage(f"{args.filename}: {exc.strerror}")) from None
-        try:
-            manifest = jobbuilding.load_manifest(text, args.filename)
-        except jobbuilding.BuildError as exc:
-            raise SystemExit(_usage(str(exc))) from None
+    manifest = _read_manifest(args) if args.filename else None
     program = list(args.program)
     if program[:1] == ["--"]:
         program = program[1:]
@@ -96,18 +85,7 @@ def run(args: argparse.Namespace) -> None:
     job, etag = planned
     name = str(job["metadata"].get("name") or job["metadata"].get("generateName", "") + "...")
     if not args.yes:
-        if not sys.stdin.isatty():
-            raise SystemExit(_usage("pass --yes to create without asking (stdin is not a terminal)", code=2))
-        try:
-            answer = input(f"Create job/{name} in project {session.project}? [y/N] ")
-        except KeyboardInterrupt:
-            print("\nnot created", file=sys.stderr)
-            raise SystemExit(130) from None
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            print("not created", file=sys.stderr)
-            raise SystemExit(1)
+        _confirm(f"Create job/{name} in project {session.project}? [y/N] ")
     try:
         created = session.call(session.create(job, etag))
     except KeyboardInterrupt:
@@ -120,6 +98,45 @@ def run(args: argparse.Namespace) -> None:
         print(f"follow it: nodus attach {name} -n {session.project}", file=sys.stderr)
         return
     raise SystemExit(session.follow(created, replay=True))
+
+
+def _read_manifest(args: argparse.Namespace) -> dict[str, Any]:
+    """The Job manifest that ``-f`` names (``-``: stdin, which only ``--yes`` allows, since the prompt reads
+    stdin too). A file that cannot be read or holds no valid manifest ends the command (exit 1)."""
+    import sys
+
+    from nodus.cli import jobbuilding
+
+    if args.filename == "-" and not args.yes:
+        raise SystemExit(_usage("the manifest comes from stdin, so nothing can be asked: pass --yes"))
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(_usage(f"{args.filename}: {exc.strerror}")) from None
+    try:
+        return jobbuilding.load_manifest(text, args.filename)
+    except jobbuilding.BuildError as exc:
+        raise SystemExit(_usage(str(exc))) from None
+
+
+def _confirm(question: str) -> None:
+    """Ask ``question`` on the terminal; return only when the answer is y or yes. Otherwise the command ends
+    with nothing created: exit 2 when stdin is not a terminal (nothing can be asked), 130 on Ctrl-C, 1 on any
+    other answer (end of input included)."""
+    import sys
+
+    if not sys.stdin.isatty():
+        raise SystemExit(_usage("pass --yes to create without asking (stdin is not a terminal)", code=2))
+    try:
+        answer = input(question)
+    except KeyboardInterrupt:
+        print("\nnot created", file=sys.stderr)
+        raise SystemExit(130) from None
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        print("not created", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def attach(args: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,200 +178,236 @@ def _verdict(met: bool | None) -> str:
     return "-" if met is None else ("met" if met else "NOT met")
 
 
+Row = tuple[str, str, str, str, str, str]
+
+
+def _create_rows(c: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    rows.append(
+        (
+            f"create Jobs/s, {c['connections']} conns (HTTP)",
+            f"{c['api']['throughput']:.0f}/s",
+            f"{c['raw']['throughput']:.0f}/s",
+            f"{c['ratio']:.3f}",
+            f">= {c['target']:.2f}",
+            _verdict(c["met"]),
+        )
+    )
+    if "api_tls" in c:
+        rows.append(("create Jobs/s (HTTPS)", f"{c['api_tls']['throughput']:.0f}/s", "", "", "", ""))
+    return rows
+
+
+def _watch_rows(w: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    raw = w["raw"]
+    for count, entry in w["api"].items():
+        target = entry["target_p99_ratio"]
+        rows.append(
+            (
+                f"watch p99 ms, {count} watcher(s)",
+                f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
+                f"{raw['p99_ms']:.2f} (p50 {raw['p50_ms']:.2f})",
+                f"{entry['p99_ratio']:.1f}",
+                f"<= {target:.0f}x" if target else "",
+                _verdict(entry["met"]),
+            )
+        )
+    for count, entry in w.get("floor", {}).items():
+        rows.append(
+            (
+                f"  floor p99 ms, {count} (no DB)",
+                f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
+                "",
+                "",
+                "",
+                "",
+            )
+        )
+    return rows
+
+
+def _list_rows(li: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    rows.append(
+        (
+            f"LIST {li['jobs']} Jobs, seconds",
+            f"{li['api_s']:.3f}",
+            f"{li['raw_s']:.3f}",
+            f"{li['ratio']:.2f}",
+            f"<= {li['target']:.1f}x",
+            _verdict(li["met"]),
+        )
+    )
+    memory = li["memory"]
+    if "1" in memory and "8" in memory:
+        rows.append(
+            (
+                "LIST RSS growth MiB, 1 vs 8 lists",
+                f"{memory['1']['growth_mib']:.1f} vs {memory['8']['growth_mib']:.1f}",
+                f"(document {li['list_bytes'] / 2**20:.1f} MiB)",
+                f"{li['memory_growth_8_vs_1']:.1f}",
+                "flat",
+                _verdict(li["memory_growth_8_vs_1"] <= 2.0),
+            )
+        )
+    return rows
+
+
+def _schedule_rows(s: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    rows.append(
+        (
+            f"schedule: {s['count']} Attempts, {s['offerings']} offerings, bound/s",
+            f"{s['sched']['throughput']:.0f}/s ({s['sched']['spread'][0]:.0f}-{s['sched']['spread'][1]:.0f})",
+            f"{s['patch']['throughput']:.0f}/s PATCH",
+            f"{s['ratio']:.2f}",
+            f">= {s['target_ratio']:.2f}, >= {s['target_rate']:.0f}/s",
+            _verdict(s["met"]),
+        )
+    )
+    rows.append(
+        (
+            "  context: PUT (scheduler's write), lean PATCH",
+            f"{s['put']['throughput']:.0f}/s, {s['lean']['throughput']:.0f}/s",
+            "",
+            f"{s['ratio_vs_put']:.2f} vs PUT",
+            "",
+            "",
+        )
+    )
+    return rows
+
+
+def _latency_rows(la: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for kind in ("warm", "cold"):
+        entry = la[kind]
+        rows.append(
+            (
+                f"create->Running ms, {kind} host",
+                f"p50 {entry['p50_ms']:.0f}, p99 {entry['p99_ms']:.0f}",
+                f"floor {entry['floor_ms']:.0f}",
+                f"{entry['p50_ratio']:.2f} / {entry['p99_ratio']:.2f}",
+                f"<= {entry['target']:.1f}x",
+                _verdict(entry["met"]),
+            )
+        )
+    rows.append(
+        (
+            "  floor parts: hop p50, runtime start, agent start",
+            f"{la['hop']['p50_ms']:.1f} x {la['hops_in_chain']}, {la['runtime_start']['p50_ms']:.0f}, "
+            f"{la['agent_start']['p50_ms']:.0f} ms",
+            "",
+            "",
+            "",
+            "",
+        )
+    )
+    if "hop_with_one_more_write" in la:
+        rows.append(
+            (
+                "  context: hop with one more write beside it",
+                f"p50 {la['hop_with_one_more_write']['p50_ms']:.1f} ms",
+                "",
+                "",
+                "",
+                "",
+            )
+        )
+    return rows
+
+
+def _outputs_rows(o: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    disk, raw = o["disk"], o["raw_postgres"]
+    rows.append(
+        (
+            f"output upload MB/s, {o['size_mib']} MiB",
+            f"{o['upload_mb_s']:.0f}",
+            f"copy {disk['copy_mb_s']:.0f}, PG insert {raw['insert_mb_s']:.0f}",
+            f"{o['upload_vs_copy']:.3f} / {o['upload_vs_raw_insert']:.2f}",
+            "",
+            "-",
+        )
+    )
+    rows.append(
+        (
+            f"output download MB/s (nodus outputs get), {o['size_mib']} MiB",
+            f"{o['download_mb_s']:.0f}",
+            f"copy {disk['copy_mb_s']:.0f}, PG select {raw['select_mb_s']:.0f}",
+            f"{o['download_vs_copy']:.3f} / {o['download_vs_raw_select']:.2f}",
+            "",
+            "-",
+        )
+    )
+    rows.append(
+        (
+            "  peak RSS MiB: agent, API server, CLI (idle)",
+            f"{o['agent_peak_mib']:.0f}, {o['server_peak_mib']:.0f}, {o['cli_peak_mib']:.0f}",
+            f"({o['agent_idle_mib']:.0f}, {o['server_idle_mib']:.0f}, -)",
+            "",
+            f"< {o['size_mib']} MiB",
+            _verdict(max(o["agent_peak_mib"], o["server_peak_mib"], o["cli_peak_mib"]) < o["size_mib"]),
+        )
+    )
+    return rows
+
+
+def _charges_rows(ch: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    rows.append(
+        (
+            f"charges/s, {ch['attempts']} open holds on one project, {ch['workers']} at once",
+            f"{ch['captures']['throughput']:.0f}/s (p50 {ch['captures']['p50_ms']:.1f} ms)",
+            f"UPDATE+INSERT {ch['baseline']['throughput']:.0f}/s",
+            f"{ch['ratio']:.2f}",
+            f">= {ch['target']:.2f}",
+            _verdict(ch["met"]),
+        )
+    )
+    return rows
+
+
+def _calibration_rows(ca: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    overall, pooled = ca["history"]["overall"], ca["history"]["seeds"]["pooled"]
+    rows.append(
+        (
+            f"estimate calibration, {overall['jobs']} Jobs: actual <= P90 / <= P50",
+            f"{100 * overall['within_p90']:.1f} % / {100 * overall['within_p50']:.1f} %",
+            f"{ca['seeds']} seeds: {100 * pooled['within_p90']:.1f} % / {100 * pooled['within_p50']:.1f} %",
+            "",
+            ">= 90 % / 40-60 %",
+            _verdict(ca["met"]),
+        )
+    )
+    return rows
+
+
+# Each benchmark's rows, in the order the table shows them.
+_ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "create": _create_rows,
+    "watch": _watch_rows,
+    "list": _list_rows,
+    "schedule": _schedule_rows,
+    "latency": _latency_rows,
+    "outputs": _outputs_rows,
+    "charges": _charges_rows,
+    "calibration": _calibration_rows,
+    "checkpoints": checkpoints.rows,
+    "recovery": recovery.rows,
+    "gangs": gangs.rows,
+    "images": images.rows,
+    "pools": pools.rows,
+}
+
+
 def table(results: dict[str, Any]) -> str:
-    rows: list[tuple[str, str, str, str, str, str]] = [
-        ("benchmark", "Nodus API", "raw baseline", "ratio", "target", "verdict")
-    ]
-    if "create" in results:
-        c = results["create"]
-        rows.append(
-            (
-                f"create Jobs/s, {c['connections']} conns (HTTP)",
-                f"{c['api']['throughput']:.0f}/s",
-                f"{c['raw']['throughput']:.0f}/s",
-                f"{c['ratio']:.3f}",
-                f">= {c['target']:.2f}",
-                _verdict(c["met"]),
-            )
-        )
-        if "api_tls" in c:
-            rows.append(("create Jobs/s (HTTPS)", f"{c['api_tls']['throughput']:.0f}/s", "", "", "", ""))
-    if "watch" in results:
-        w = results["watch"]
-        raw = w["raw"]
-        for count, entry in w["api"].items():
-            target = entry["target_p99_ratio"]
-            rows.append(
-                (
-                    f"watch p99 ms, {count} watcher(s)",
-                    f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
-                    f"{raw['p99_ms']:.2f} (p50 {raw['p50_ms']:.2f})",
-                    f"{entry['p99_ratio']:.1f}",
-                    f"<= {target:.0f}x" if target else "",
-                    _verdict(entry["met"]),
-                )
-            )
-        for count, entry in w.get("floor", {}).items():
-            rows.append(
-                (
-                    f"  floor p99 ms, {count} (no DB)",
-                    f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
-                    "",
-                    "",
-                    "",
-                    "",
-                )
-            )
-    if "list" in results:
-        li = results["list"]
-        rows.append(
-            (
-                f"LIST {li['jobs']} Jobs, seconds",
-                f"{li['api_s']:.3f}",
-                f"{li['raw_s']:.3f}",
-                f"{li['ratio']:.2f}",
-                f"<= {li['target']:.1f}x",
-                _verdict(li["met"]),
-            )
-        )
-        memory = li["memory"]
-        if "1" in memory and "8" in memory:
-            rows.append(
-                (
-                    "LIST RSS growth MiB, 1 vs 8 lists",
-                    f"{memory['1']['growth_mib']:.1f} vs {memory['8']['growth_mib']:.1f}",
-                    f"(document {li['list_bytes'] / 2**20:.1f} MiB)",
-                    f"{li['memory_growth_8_vs_1']:.1f}",
-                    "flat",
-                    _verdict(li["memory_growth_8_vs_1"] <= 2.0),
-                )
-            )
-    if "schedule" in results:
-        s = results["schedule"]
-        rows.append(
-            (
-                f"schedule: {s['count']} Attempts, {s['offerings']} offerings, bound/s",
-                f"{s['sched']['throughput']:.0f}/s ({s['sched']['spread'][0]:.0f}-{s['sched']['spread'][1]:.0f})",
-                f"{s['patch']['throughput']:.0f}/s PATCH",
-                f"{s['ratio']:.2f}",
-                f">= {s['target_ratio']:.2f}, >= {s['target_rate']:.0f}/s",
-                _verdict(s["met"]),
-            )
-        )
-        rows.append(
-            (
-                "  context: PUT (scheduler's write), lean PATCH",
-                f"{s['put']['throughput']:.0f}/s, {s['lean']['throughput']:.0f}/s",
-                "",
-                f"{s['ratio_vs_put']:.2f} vs PUT",
-                "",
-                "",
-            )
-        )
-    if "latency" in results:
-        la = results["latency"]
-        for kind in ("warm", "cold"):
-            entry = la[kind]
-            rows.append(
-                (
-                    f"create->Running ms, {kind} host",
-                    f"p50 {entry['p50_ms']:.0f}, p99 {entry['p99_ms']:.0f}",
-                    f"floor {entry['floor_ms']:.0f}",
-                    f"{entry['p50_ratio']:.2f} / {entry['p99_ratio']:.2f}",
-                    f"<= {entry['target']:.1f}x",
-                    _verdict(entry["met"]),
-                )
-            )
-        rows.append(
-            (
-                "  floor parts: hop p50, runtime start, agent start",
-                f"{la['hop']['p50_ms']:.1f} x {la['hops_in_chain']}, {la['runtime_start']['p50_ms']:.0f}, "
-                f"{la['agent_start']['p50_ms']:.0f} ms",
-                "",
-                "",
-                "",
-                "",
-            )
-        )
-        if "hop_with_one_more_write" in la:
-            rows.append(
-                (
-                    "  context: hop with one more write beside it",
-                    f"p50 {la['hop_with_one_more_write']['p50_ms']:.1f} ms",
-                    "",
-                    "",
-                    "",
-                    "",
-                )
-            )
-    if "outputs" in results:
-        o = results["outputs"]
-        disk, raw = o["disk"], o["raw_postgres"]
-        rows.append(
-            (
-                f"output upload MB/s, {o['size_mib']} MiB",
-                f"{o['upload_mb_s']:.0f}",
-                f"copy {disk['copy_mb_s']:.0f}, PG insert {raw['insert_mb_s']:.0f}",
-                f"{o['upload_vs_copy']:.3f} / {o['upload_vs_raw_insert']:.2f}",
-                "",
-                "-",
-            )
-        )
-        rows.append(
-            (
-                f"output download MB/s (nodus outputs get), {o['size_mib']} MiB",
-                f"{o['download_mb_s']:.0f}",
-                f"copy {disk['copy_mb_s']:.0f}, PG select {raw['select_mb_s']:.0f}",
-                f"{o['download_vs_copy']:.3f} / {o['download_vs_raw_select']:.2f}",
-                "",
-                "-",
-            )
-        )
-        rows.append(
-            (
-                "  peak RSS MiB: agent, API server, CLI (idle)",
-                f"{o['agent_peak_mib']:.0f}, {o['server_peak_mib']:.0f}, {o['cli_peak_mib']:.0f}",
-                f"({o['agent_idle_mib']:.0f}, {o['server_idle_mib']:.0f}, -)",
-                "",
-                f"< {o['size_mib']} MiB",
-                _verdict(max(o["agent_peak_mib"], o["server_peak_mib"], o["cli_peak_mib"]) < o["size_mib"]),
-            )
-        )
-    if "charges" in results:
-        ch = results["charges"]
-        rows.append(
-            (
-                f"charges/s, {ch['attempts']} open holds on one project, {ch['workers']} at once",
-                f"{ch['captures']['throughput']:.0f}/s (p50 {ch['captures']['p50_ms']:.1f} ms)",
-                f"UPDATE+INSERT {ch['baseline']['throughput']:.0f}/s",
-                f"{ch['ratio']:.2f}",
-                f">= {ch['target']:.2f}",
-                _verdict(ch["met"]),
-            )
-        )
-    if "calibration" in results:
-        ca = results["calibration"]
-        main, pooled = ca["history"]["overall"], ca["history"]["seeds"]["pooled"]
-        rows.append(
-            (
-                f"estimate calibration, {main['jobs']} Jobs: actual <= P90 / <= P50",
-                f"{100 * main['within_p90']:.1f} % / {100 * main['within_p50']:.1f} %",
-                f"{ca['seeds']} seeds: {100 * pooled['within_p90']:.1f} % / {100 * pooled['within_p50']:.1f} %",
-                "",
-                ">= 90 % / 40-60 %",
-                _verdict(ca["met"]),
-            )
-        )
-    if "checkpoints" in results:
-        rows.extend(checkpoints.rows(results["checkpoints"]))
-    if "recovery" in results:
-        rows.extend(recovery.rows(results["recovery"]))
-    if "gangs" in results:
-        rows.extend(gangs.rows(results["gangs"]))
-    if "images" in results:
-        rows.extend(images.rows(results["images"]))
-    if "pools" in results:
-        rows.extend(pools.rows(results["pools"]))
+    rows: list[Row] = [("benchmark", "Nodus API", "raw baseline", "ratio", "target", "verdict")]
+    for name, rows_of in _ROWS.items():
+        if name in results:
+            rows.extend(rows_of(results[name]))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))

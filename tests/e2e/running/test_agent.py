@@ -133,3 +133,7 @@ def test_an_agent_renews_its_credential_while_it_runs(running: Running) -> None:
             assert agent.wait(timeout=30) == 0
             with running.client() as client:
                 client.delete(f"{API}/nodes/renewing-1")
+                # The Lease goes with its Node.
+                running.wait_for(
+                    "the Lease to go", lambda: client.get(f"{API}/leases/node.renewing-1").status_code == 404
+                )

@@ -281,8 +281,9 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         "--runtime",
         choices=("auto", "podman", "bubblewrap", "unsandboxed"),
         default="auto",
-        help="podman runs every program in its image (ADR 0040); auto and bubblewrap sandbox every program on the "
-        "host's filesystem and refuse to start without bubblewrap; unsandboxed runs programs as plain processes",
+        help="auto (the default) and podman run every program in its image (ADR 0040) and refuse to start without a "
+        "working podman; bubblewrap sandboxes every program on the host's filesystem; unsandboxed runs programs as "
+        "plain processes",
     )
     parser.add_argument("--work-dir", type=Path, default=Path("/var/lib/nodus/agent"), help="local scratch")
     parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from nodus.apis.v1 import objects
@@ -212,7 +213,8 @@ def _cost(job: objects.Job) -> Grid:
             rows.append((Cell(label), Cell(money(value) + ("  (partly covered by Nodus)" if label in covered else ""))))
     final = " (final)" if cost.final else " (so far)"
     rows.append((Cell("Total", "bold"), Cell(money(cost.total_usd) + final, "bold")))
-    if cost.rate_usd_per_hour:
+    # A running Job's rate; the final charge writes a zero rate, which is no rate to show.
+    if cost.rate_usd_per_hour and not cost.final and Decimal(cost.rate_usd_per_hour) > 0:
         rows.append((Cell("Rate"), Cell(f"{money(cost.rate_usd_per_hour)}/h")))
     if cost.held_usd and not cost.final:
         rows.append((Cell("Held"), Cell(money(cost.held_usd))))

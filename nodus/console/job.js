@@ -30,7 +30,8 @@ function summary(job) {
     ['Resources', [gpu, resources.cpu ? `${resources.cpu} CPU` : null, resources.memory].filter(Boolean).join(', ')],
     ['Offering', status.placement?.offering
       ? `${status.placement.offering}${status.placement.interruptible ? ' (interruptible)' : ''}` : null],
-    ['Rate', status.cost?.rateUSDPerHour ? `${usd(status.cost.rateUSDPerHour)}/h` : null],
+    // A running Job's rate: the final charge writes a zero rate, which is no rate to show.
+    ['Rate', Number(status.cost?.rateUSDPerHour) > 0 && !status.cost.final ? `${usd(status.cost.rateUSDPerHour)}/h` : null],
     ['State', spec.state],
     ['Created', when(job.metadata.creationTimestamp)],
     ['Started', status.startTime ? when(status.startTime) : null],

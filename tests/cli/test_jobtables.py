@@ -312,6 +312,18 @@ def test_checkpoint_cost_by_segment_estimate_outputs_and_events() -> None:
     assert "checkpoint 7 committed (3.0 GiB)" in said and said[-1] == "Job Succeeded"
 
 
+def test_the_rate_is_shown_while_running_and_not_once_the_final_charge_zeroed_it() -> None:
+    running = job("train", "2026-12-03T11:57:00Z", "Running", cost={"totalUSD": "1.5", "rateUSDPerHour": "98.32"})
+    rows = [line.split() for line in section(jobtables.plain(describing.describe(running, [], NOW)), "Cost")]
+    assert ["Rate", "$98.32/h"] in rows
+    final = {"totalUSD": "24.506", "rateUSDPerHour": "0.000000", "final": True}
+    done = job("train", "2026-12-03T11:00:00Z", "Succeeded", cost=final)
+    assert not any(
+        row[0] == "Rate"
+        for row in (line.split() for line in section(jobtables.plain(describing.describe(done, [], NOW)), "Cost"))
+    )
+
+
 def test_a_job_above_its_p90_says_so_and_a_job_without_status_describes() -> None:
     over = job(
         "over",

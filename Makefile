@@ -51,10 +51,10 @@ dev: $(RUN_STAMP)
 test: lint
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
-## The fast tier for the edit-test loop: unit and in-process API tests, no server or agent processes (about two
-## minutes). Not a substitute for `make test`, which CI runs.
+## The fast tier for the edit-test loop: unit and in-process API tests; no server, agent, container or registry
+## (the `e2e` and `integration` markers). Under two minutes. Not a substitute for `make test`, which CI runs.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -m 'not slow and not e2e' $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m 'not slow and not e2e and not integration' $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check nodus tests bench migrations

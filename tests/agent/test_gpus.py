@@ -22,6 +22,8 @@ import pytest
 from nodus.agent import gpus
 from nodus.agent.gpus import CdiDevices, CdiError, Gpu
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 CDI_DYNAMIC_DIR = Path("/var/run/cdi")
 NVIDIA_MAJOR = 195
 # Ordinal of the tests' GPUs; their device nodes are /dev/nvidia<N>, major 195, minor N, as the driver's are.

@@ -23,6 +23,8 @@ import pytest
 from nodus.agent import checkpointing
 from nodus.agent.hftrainer import sitecustomize
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 HOOK = Path(checkpointing.__file__).parent / "hftrainer"
 STEPS = 40
 # argv: max_steps, pause after each step (s), output_dir ("-": the Trainer's default).

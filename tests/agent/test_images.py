@@ -27,6 +27,8 @@ from nodus.apimachinery.imagerefs import InvalidReference
 from nodus.cli import devimages
 from tests.support.registry import PODMAN, Registry, running_registry
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[2]
 MISSING_DIGEST = "sha256:" + "0" * 64
 

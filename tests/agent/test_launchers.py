@@ -27,6 +27,8 @@ from nodus.agent.gangwrappers import ray_gang
 from nodus.agent.launchers import GangFacts
 from nodus.apis.v1.jobcapacity import Distributed
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 PYTHON_SCRIPT = ["python", "train.py", "--lr", "0.1"]
 
 

@@ -16,6 +16,8 @@ import pytest
 from nodus.agent import runtime
 from nodus.agent.layout import AttemptLayout
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HANG_GUARD = 120.0
 MIB = 1024 * 1024

@@ -70,9 +70,12 @@ while True:
     connection.close()
 """
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("podman") is None or os.geteuid() != 0, reason="needs podman and root (iptables, netns)"
-)
+pytestmark = [
+    pytest.mark.integration,  # real programs and engines: left out of `make test-fast`
+    pytest.mark.skipif(
+        shutil.which("podman") is None or os.geteuid() != 0, reason="needs podman and root (iptables, netns)"
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ import pytest
 from nodus.agent import runtime
 from nodus.agent.layout import AttemptLayout
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REAL_PYTHON = os.path.realpath(sys.executable)
 # Only guards against a hang; never reached when things work.

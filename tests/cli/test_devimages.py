@@ -22,6 +22,8 @@ import pytest
 from nodus.cli import devimages, devregistry, main
 from tests.support import images
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 RUN = [*devimages.PODMAN, "run", "--rm", "--runtime", "runc", "--network", "none", *devimages.ULIMITS]
 
 

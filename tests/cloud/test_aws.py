@@ -30,6 +30,8 @@ from nodus.cloud import awshosts
 from nodus.cloud.aws import INSTANCE_ANNOTATION, REGION_ANNOTATION, AwsConfig, AwsProvider
 from nodus.cloud.provider import BootRefused, Provider, Sweeping
 
+pytestmark = pytest.mark.integration  # real programs and engines: left out of `make test-fast`
+
 REGION = "us-east-1"
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 BOOK = pricebook.load(Path("aws"), accelerators.CATALOG).by_name()

@@ -46,7 +46,7 @@ from tests.support.controllers import wait_for_leader
 from tests.support.metadata import MetadataServer
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 REGION = "us-east-1"
 CLUSTER = "e2e"

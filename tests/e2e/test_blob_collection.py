@@ -32,7 +32,7 @@ from tests.e2e.test_blobs import blobs_path, digest_of, upload, volumes_path
 from tests.support import cluster as clusters
 from tests.support.cluster import Cluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 API = "/apis/nodus.dev/v1"
 MIB = 2**20

@@ -18,7 +18,7 @@ from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create, patch_spec, shell
 from tests.support import controllers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 COVERED = {"BootFailed", "NodeLost"}
 

@@ -17,7 +17,7 @@ from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_jobs import create, shell
 from tests.support import controllers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 
 def nodus(running: Running, *args: str) -> str:

@@ -31,7 +31,7 @@ from tests.support.controllers import GANG_FINE, GANG_HANGS, GANG_SIX
 from tests.support.images import registry_python_image, registry_pytorch_image
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 TRAIN = Path(__file__).resolve().parents[2] / "support" / "programs" / "train_gang.py"
 # Each rank of a Plain gang prints what the environment contract told it, then sleeps.

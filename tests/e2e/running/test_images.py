@@ -27,6 +27,8 @@ from tests.support.images import base_image
 from tests.support.objects import API, job
 from tests.support.registry import Registry, running_registry
 
+pytestmark = pytest.mark.slow  # long end-to-end: make test-slow (CI runs both tiers)
+
 PODMAN = ("podman", "--cgroup-manager=cgroupfs")
 
 

@@ -14,7 +14,7 @@ from tests.e2e.running.conftest import Running
 from tests.support.images import registry_python_image
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 
 def kubectl(binary: Path, running: Running, project: str, *args: str, stdin: str | None = None) -> str:

@@ -28,7 +28,7 @@ from tests.e2e.running.test_recovery import attempt_log, by_number, committed, c
 from tests.support import images
 from tests.support.objects import API
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 POOL = "lab"
 ONE_H100 = {"gpu": {"count": 1, "type": ["H100"]}, "cpu": "0.5", "memory": "256Mi"}

@@ -28,7 +28,7 @@ from tests.e2e.running.test_jobs import create, patch_spec, shell
 from tests.support.images import registry_python_image
 from tests.support.objects import API, job
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 
 def units_of(text: str) -> datetime:

@@ -23,7 +23,7 @@ from tests.e2e.running.test_faults import nodus
 from tests.e2e.running.test_jobs import create, kubectl, patch_spec
 from tests.support.images import registry_pytorch_image
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # long end-to-end: make test-slow (CI runs both tiers)
 
 SCALE = 0.05
 # Programs that need only the standard library run on the image's Python.

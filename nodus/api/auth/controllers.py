@@ -33,8 +33,9 @@ RIGHTS: dict[str, dict[str, frozenset[str]]] = {
     "nodes": {"": READ | {"create", "update", "patch", "delete"}, "status": STATUS},
     # The simulated cloud publishes its capacity into each Offering's status.
     "offerings": {"": READ, "status": STATUS},
-    # Leader election.
-    "leases": {"": READ | {"create", "update", "patch"}},
+    # Leader election; the node lifecycle controller creates each Node's heartbeat Lease and deletes it once the
+    # Node is gone (ADR 0055).
+    "leases": {"": READ | {"create", "update", "patch", "delete"}},
     # Projects are watched for credit grants (waiting attempts and owed storage charges resume); their
     # status.credits is the credits reconciler's copy of the ledger (ADR 0044).
     "projects": {"": READ, "status": STATUS},

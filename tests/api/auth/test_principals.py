@@ -73,6 +73,9 @@ CONTROLLER = Principal("nodus-controllers", groups=("system:nodus:controllers",)
         ("create", "jobs", "", True),
         ("patch", "pipelines", "status", True),
         ("update", "pipelines", "", False),
+        # Node heartbeat Leases are created and deleted by the node lifecycle controller (ADR 0055).
+        ("create", "leases", "", True),
+        ("delete", "leases", "", True),
     ],
 )
 def test_the_controllers_table(verb: str, resource: str, sub: str, allowed: bool) -> None:

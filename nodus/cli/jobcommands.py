@@ -160,13 +160,21 @@ _JOB_ARGUMENTS = {"describe": "job", "cancel": "jobs", "suspend": "jobs", "resum
 _JOB_TARGETS = {"logs": "target"}
 
 # Completion of Job names asks the server (``nodus jobs --names-only``) for the project named on the command line
-# (-n, --namespace, --project), else the kubeconfig's; it completes nothing when the server cannot be reached.
+# (-n, --namespace, --project; in bash also as one word with '=': zsh's option specs from shtab take the value only
+# as the next word), else the kubeconfig's; it completes nothing when the server cannot be reached.
 _BASH_PREAMBLE = r"""
 _nodus_project_args() {
   local i
   for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
     case "${COMP_WORDS[i]}" in
-      -n|--namespace|--project) printf -- '--project\n%s\n' "${COMP_WORDS[i+1]}" ;;
+      # Bash splits --project=P at the '=' (COMP_WORDBREAKS): the value is then two words on.
+      -n|--namespace|--project)
+        if [[ ${COMP_WORDS[i+1]} == "=" ]]; then
+          printf -- '--project\n%s\n' "${COMP_WORDS[i+2]}"
+        else
+          printf -- '--project\n%s\n' "${COMP_WORDS[i+1]}"
+        fi ;;
+      --namespace=*|--project=*) printf -- '--project\n%s\n' "${COMP_WORDS[i]#*=}" ;;
     esac
   done
 }

@@ -247,13 +247,16 @@ def test_escape_sequences_in_a_teammates_job_never_reach_the_terminal(running: R
     assert "pwned" in "\n".join(section(described.stdout, "Status"))
 
 
-def completions(running: Running, project: str, line: str) -> list[str]:
-    """What bash offers for ``line`` (the cursor at its end) with ``nodus completion bash`` loaded."""
+def completions(running: Running, project: str, line: str, split_at_equals: bool = False) -> list[str]:
+    """What bash offers for ``line`` (the cursor at its end) with ``nodus completion bash`` loaded. With
+    ``split_at_equals`` the words are split at '=' as bash's default COMP_WORDBREAKS splits them."""
     script = nodus(running, "alice", "completion", "bash")
     assert script.returncode == 0, script.stderr
     path = running.directory / f"nodus-completion-{uuid.uuid4().hex[:6]}.bash"
     path.write_text(script.stdout)
     words = shlex.split(line) + ([""] if line.endswith(" ") else [])
+    if split_at_equals:
+        words = [part for word in words for part in re.split(r"(=)", word) if part or word == ""]
     drive = (
         f"source {shlex.quote(str(path))}\n"
         f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})\n"
@@ -288,6 +291,8 @@ def test_completion_scripts_complete_commands_flags_and_job_names(running: Runni
     assert completions(running, project, "nodus describe train") == ["train-a", "train-b"]
     assert completions(running, project, "nodus cancel ") == ["train-a", "train-b"]
     assert completions(running, project, f"nodus suspend -n {other} ") == ["eval-c"]
+    assert completions(running, project, f"nodus suspend --project={other} ") == ["eval-c"]
+    assert completions(running, project, f"nodus suspend --project={other} ", split_at_equals=True) == ["eval-c"]
     assert completions(running, project, "nodus logs job/train-") == ["job/train-a", "job/train-b"]
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodus.api.fieldmanagement.fieldsets import FIELD, INDEX, FieldSet, Path, PathElement, field
-from nodus.api.fieldmanagement.schema import ListTypes, Scope
+from nodus.api.fieldmanagement.schema import UNTRACKED, ListTypes, Scope
 
 
 class _Missing:
@@ -165,6 +165,45 @@ def compare(old: dict[str, Any], new: dict[str, Any], types: ListTypes) -> Compa
 
     walk(old, new, ())
     return Comparison(FieldSet(added), FieldSet(modified), FieldSet(removed))
+
+
+def created_fields_v1(new: dict[str, Any], types: ListTypes, scope: Scope) -> dict[str, Any] | None:
+    """The FieldsV1 document of what a create owns: the paths ``compare({}, new)`` adds, within ``scope``, without
+    :data:`UNTRACKED`, exactly as ``FieldSet.to_fields_v1`` encodes them; None when that is nothing.
+
+    One walk that writes the document as it goes, because creates are the write path's hot path: the general route
+    (a Comparison, two FieldSets, a trie, then the encoding) cost a quarter of a create's CPU. A keyed item without
+    its key raises :class:`~nodus.api.fieldmanagement.schema.StructureError`, as :func:`compare` does.
+    """
+
+    def encode(value: Any, path: Path, owned: bool) -> dict[str, Any] | None:
+        """The document of what lies at and below ``path`` (None: nothing). As :func:`compare` walks an added
+        value: a non-empty object and a non-empty keyed list are walked, and every value met is added, itself
+        included, since it appeared as a whole. A subtree the scope does not own is walked too (its keyed lists
+        can be malformed, which refuses the whole record as :func:`compare` does) but records nothing."""
+        children: list[tuple[PathElement, dict[str, Any]]] = []
+        keys = types.keys_at(path) if isinstance(value, list) and value else None
+        if isinstance(value, dict):
+            items: Iterable[tuple[PathElement, Any]] = ((field(name), child) for name, child in value.items())
+        elif keys is not None:
+            items = first_by_element(types.index_items(keys, value, path, strict=False)).items()
+        else:
+            items = ()
+        for element, item in items:
+            below = (*path, element)
+            # Scope is decided by the top-level field.
+            encoded = encode(item, below, owned and (len(below) > 1 or scope.owns(below)))
+            if encoded is not None:
+                children.append((element, encoded))
+        member = owned and bool(path) and path not in UNTRACKED
+        if not children:
+            return {} if member else None
+        document: dict[str, Any] = {".": {}} if member else {}
+        for element, encoded in sorted(children, key=lambda child: child[0]):
+            document[element.wire()] = encoded
+        return document
+
+    return encode(new, (), True)
 
 
 def value_at(obj: Any, path: Path, types: ListTypes) -> Any:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from nodus.api.fieldmanagement.comparison import MISSING, compare, field_set, json_equal
+from nodus.api.fieldmanagement.comparison import MISSING, compare, created_fields_v1, field_set, json_equal
 from nodus.api.fieldmanagement.conflicts import ApplyConflict
+from nodus.api.fieldmanagement.fieldsets import FieldSet
 from nodus.api.fieldmanagement.lastapplied import KUBECTL_MANAGER, allowed_conflicts, sync_annotation
 from nodus.api.fieldmanagement.managers import (
     APPLY,
+    UPDATE,
     Managed,
     ManagedEntry,
     ManagedFieldsError,
@@ -128,6 +130,8 @@ def update_managed_fields(
     """
     scope = _scope(subresource)
     types = ListTypes(list_keys)
+    if old is None and _managed_fields_of(new) is None:
+        return _created_entries(new, manager=manager, api_version=api_version, now=now, scope=scope, types=types)
     managed = _starting_entries(old, new, subresource)
     if not managed and old is not None:
         return []
@@ -147,6 +151,24 @@ def update_managed_fields(
         # kube-apiserver clears managedFields rather than record ownership of an object it cannot read.
         return []
     return encode_managed_fields(managed)
+
+
+def _created_entries(
+    new: dict[str, Any], *, manager: str, api_version: str, now: str, scope: Scope, types: ListTypes
+) -> list[dict[str, Any]]:
+    """What :func:`update_managed_fields` returns for a create that carries no managedFields (nearly every create):
+    the writer's one Update entry, or none when it owns nothing. The same as the general route gives (a test
+    compares them), in one walk."""
+    try:
+        document = created_fields_v1(_view_without_managed_fields(new), types, scope)
+    except StructureError:
+        return []
+    if document is None:
+        return []
+    identity = ManagerIdentity.of(manager, UPDATE, scope.subresource, api_version)
+    encoded = ManagedEntry(identity, FieldSet(), api_version, now).encode()
+    encoded["fieldsV1"] = document
+    return [encoded]
 
 
 def fields_v1(obj: dict[str, Any], list_keys: ListKeys) -> dict[str, Any]:

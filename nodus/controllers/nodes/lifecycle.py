@@ -3,14 +3,14 @@
 Keyed by node name. A node's heartbeats are renewals of its Lease ``node.<name>`` (ADR 0055), which this
 controller creates for every Booting or Ready Node (owned by the Node, so it goes with it) and deletes once the
 Node is gone. A ``Ready`` node whose last heartbeat (the latest of its Lease's renewTime, its status's heartbeatTime
-and readyTime) is older than the grace period becomes ``Lost`` (reason ``HeartbeatLapsed``, condition Ready
-``Unknown``). Renewals do not wake the controller: it looks again when the grace period from the last heartbeat it
-saw ends, as Kubernetes' node lifecycle controller polls, so thousands of renewals cost no reconciles. A node still
-``Booting`` after the
-boot timeout becomes ``Failed`` (``BootFailed``). Once a node is Lost or Failed, or is gone, every
-attempt assigned to it that has not ended is marked ``Lost`` with the reason that says whose fault
-it was (``NodeLost``, ``Preempted``, ``BootFailed``), so the Job controller starts a replacement.
-Writes carry the resourceVersion read; the agent's own last report wins a race by refusing ours.
+and readyTime; a time in the future counts as now) is older than the grace period becomes ``Lost`` (reason
+``HeartbeatLapsed``, condition Ready ``Unknown``). Renewals do not wake the controller: it looks again when the
+grace period from the last heartbeat it saw ends, as Kubernetes' node lifecycle controller polls, so thousands of
+renewals cost no reconciles. A node still ``Booting`` after the boot timeout becomes ``Failed`` (``BootFailed``).
+
+Once a node is Lost or Failed, or is gone, every attempt assigned to it that has not ended is marked ``Lost`` with
+the reason that says whose fault it was (``NodeLost``, ``Preempted``, ``BootFailed``), so the Job controller starts
+a replacement. Writes carry the resourceVersion read; the agent's own last report wins a race by refusing ours.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class NodeLifecycle:
         if phase in ("Booting", "Ready"):
             await self._ensure_lease(obj)
         if phase == "Ready":
-            deadline = self._last_heartbeat(name, status.heartbeat_time, status.ready_time)
+            deadline = self._last_heartbeat(name, now, status.heartbeat_time, status.ready_time)
             if deadline is not None:
                 deadline += self._grace
                 if now < deadline:
@@ -85,12 +85,13 @@ class NodeLifecycle:
             await self._lose_attempts(name, reason, f"Node {name}: {status.message or status.reason}")
         return None
 
-    def _last_heartbeat(self, name: str, *on_node: str | None) -> datetime | None:
+    def _last_heartbeat(self, name: str, now: datetime, *on_node: str | None) -> datetime | None:
         """The latest of the Lease's renewal and the times on the Node (registration, a heartbeat written there
-        while the Lease did not exist)."""
-        lease = self._leases.get(None, node_lease_name(name))
-        renewed = (lease or {}).get("spec", {}).get("renewTime") if lease is not None else None
-        times = [t for t in (units.time_or_none(v) for v in (renewed, *on_node)) if t is not None]
+        while the Lease did not exist). The node writes these times itself: one in the future counts as ``now``, so
+        neither a skewed clock nor a hostile agent can keep a silent node alive past one grace period."""
+        lease = self._leases.get(None, node_lease_name(name)) or {}
+        renewed = (lease.get("spec") or {}).get("renewTime")
+        times = [min(t, now) for t in (units.time_or_none(v) for v in (renewed, *on_node)) if t is not None]
         return max(times, default=None)
 
     async def _ensure_lease(self, node: Object) -> None:

@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,15 @@ def test_a_1_gpu_and_a_2_gpu_job_share_a_4_gpu_host_with_disjoint_devices(lab: L
         assert placement["rateUSDPerHour"] == f"{0.2 * len(gpus):.6f}", placement
         (attempt,) = running.attempts(project, name)
         assert attempt["status"]["placement"]["pool"] == POOL
-        assert attempt["status"]["cost"]["final"] is True
+
+        # The billing controller charges the ended attempt after the Job has finished: wait for the final charge.
+        def final_cost(name: str = name) -> dict[str, Any] | None:
+            (billed,) = running.attempts(project, name)
+            cost: dict[str, Any] = billed["status"].get("cost") or {}
+            return cost if cost.get("final") is True else None
+
+        cost = running.wait_for(f"{name}'s final charge", final_cost)
+        assert Decimal(cost["totalUSD"]) > 0
 
 
 def test_hosts_of_a_pool_run_nothing_of_another_project_or_without_pool(lab: Lab) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from nodus.agent import podengine
 from tests.agent.test_hostshape import H100_TOPO, fake_nvidia_smi, h100s
 from tests.e2e.running.conftest import Running
 from tests.e2e.running.test_jobs import create, job_log
@@ -96,6 +97,8 @@ class Lab:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+        # A killed host's containers outlive it (conmon keeps them), as on a real host that went silent.
+        podengine.remove_pods_under(self.directory)
 
 
 @pytest.fixture(scope="module")

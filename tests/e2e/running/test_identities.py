@@ -98,6 +98,7 @@ def test_a_node_credential_reaches_nothing_but_its_own(
         heartbeat = {"status": {"heartbeatTime": "2026-12-01T00:00:00.000000Z"}}
         merge = {"Content-Type": "application/merge-patch+json"}
         assert node.patch(f"{API}/nodes/{name}/status", json=heartbeat, headers=merge).status_code == 200
+        renewal = {"spec": {"holderIdentity": name, "renewTime": "2026-12-01T00:00:00.000000Z"}}
 
         refused = {
             "another project's Secret values": node.get(
@@ -136,6 +137,15 @@ def test_a_node_credential_reaches_nothing_but_its_own(
             "a credential for another node": node.post(
                 EXCHANGE, json={"kind": "NodeCredentialRequest", "spec": {"nodeName": other_node}}
             ),
+            # Heartbeats (ADR 0055): renewing another node's Lease would keep a dead host alive, the controllers'
+            # would steal leadership, a Lease of its own making would name any node.
+            "another node's Lease": node.patch(f"{API}/leases/node.{other_node}", json=renewal, headers=merge),
+            "the controllers' Lease": node.patch(f"{API}/leases/nodus-controllers", json=renewal, headers=merge),
+            "a Lease of its own making": node.post(
+                f"{API}/leases",
+                json={"apiVersion": "nodus.dev/v1", "kind": "Lease", "metadata": {"name": f"node.{name}"}},
+            ),
+            "every Lease": node.get(f"{API}/leases"),
         }
         for what, response in refused.items():
             assert response.status_code == 403, f"{what}: {response.status_code} {response.text}"

@@ -74,6 +74,48 @@ async def scratch_database(server_url: str) -> AsyncIterator[str]:
         await database.drop_database(url)
 
 
+async def free_connections(server_url: str) -> int:
+    """How many more connections the server at ``server_url`` accepts now (superuser slots excluded)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database.asyncpg_dsn(server_url))
+    try:
+        limit = int(await conn.fetchval("SHOW max_connections"))
+        reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
+        used = int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"))
+    finally:
+        await conn.close()
+    return limit - reserved - used
+
+
+@contextlib.asynccontextmanager
+async def server_with_connections(server_url: str, needed: int) -> AsyncIterator[str]:
+    """``server_url`` when it accepts ``needed`` more connections, else a private PostgreSQL (the embedded
+    binaries, a temporary data directory, ``max_connections`` raised to fit), stopped and removed after.
+
+    A shared server is never reconfigured: raising ``max_connections`` needs a restart."""
+    if await free_connections(server_url) >= needed:
+        yield server_url
+        return
+    import asyncpg
+
+    directory = Path(tempfile.mkdtemp(prefix="nodus-bench-pg-", dir="/tmp"))  # short: the socket lives here
+    embedded = database.EmbeddedPostgres(directory / "data")
+    try:
+        url = await asyncio.to_thread(embedded.start)
+        conn = await asyncpg.connect(database.asyncpg_dsn(url))
+        try:
+            await conn.execute(f"ALTER SYSTEM SET max_connections = {int(needed) + 50}")
+        finally:
+            await conn.close()
+        await asyncio.to_thread(embedded.stop)  # the setting takes effect on the next start
+        url = await asyncio.to_thread(embedded.start)
+        yield url
+    finally:
+        await asyncio.to_thread(embedded.stop)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 async def postgres_facts(url: str) -> dict[str, str]:
     import asyncpg
 

@@ -200,12 +200,11 @@ def _create_rows(c: dict[str, Any]) -> list[Row]:
 
 def _watch_rows(w: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
-    raw = w["raw"]
     for count, entry in w["api"].items():
-        target = entry["target_p99_ratio"]
+        target, raw = entry["target_p99_ratio"], w["raw"][count]
         rows.append(
             (
-                f"watch p99 ms, {count} watcher(s)",
+                f"watch p99 ms, {count} watcher(s) vs {count} LISTEN",
                 f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
                 f"{raw['p99_ms']:.2f} (p50 {raw['p50_ms']:.2f})",
                 f"{entry['p99_ratio']:.1f}",
@@ -214,14 +213,15 @@ def _watch_rows(w: dict[str, Any]) -> list[Row]:
             )
         )
     for count, entry in w.get("floor", {}).items():
+        api = w["api"][count]
         rows.append(
             (
-                f"  floor p99 ms, {count} (no DB)",
+                f"  vs floor (no DB), {count}",
+                f"{api['p99_ms']:.2f}",
                 f"{entry['p99_ms']:.2f} (p50 {entry['p50_ms']:.2f})",
-                "",
-                "",
-                "",
-                "",
+                f"{api['p99_vs_floor']:.1f}",
+                "<= 1.5x" if api.get("floor_met") is not None else "",
+                _verdict(api["floor_met"]) if api.get("floor_met") is not None else "",
             )
         )
     return rows

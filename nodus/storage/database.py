@@ -40,8 +40,9 @@ def asyncpg_dsn(url: str) -> str:
     return f"postgresql://{rest}" if scheme.startswith("postgres") else url
 
 
-async def _setup_connection(conn: asyncpg.Connection) -> None:
-    # JSONB columns (labels) arrive decoded; bodies are TEXT and arrive exactly as stored.
+async def setup_connection(conn: asyncpg.Connection) -> None:
+    """Every connection of the request path and the watch cache: JSONB columns (labels) arrive decoded;
+    bodies are TEXT and arrive exactly as stored."""
     await conn.set_type_codec("jsonb", encoder=lambda text: text, decoder=orjson.loads, schema="pg_catalog")
 
 
@@ -51,7 +52,7 @@ async def create_pool(url: str, size: int = 20) -> asyncpg.Pool:
         asyncpg_dsn(url),
         min_size=min(2, size),
         max_size=size,
-        init=_setup_connection,
+        init=setup_connection,
         server_settings={"application_name": "nodus"},
     )
     assert pool is not None

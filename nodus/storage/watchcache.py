@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import asyncpg
 import orjson
 
+from nodus.storage import database
 from nodus.storage.errors import Expired
 from nodus.storage.schema import NOTIFY_CHANNEL
 
@@ -148,9 +149,11 @@ class WatchCache:
         if self._changed is not None:
             self._changed.cancel()
 
-    async def _listen(self) -> None:
+    async def _listen(self) -> asyncpg.Connection:
         self._listener = await asyncpg.connect(self._dsn, server_settings={"application_name": "nodus-watch"})
+        await database.setup_connection(self._listener)
         await self._listener.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        return self._listener
 
     def _on_notify(self, *_: Any) -> None:
         self._wake.set()
@@ -162,9 +165,10 @@ class WatchCache:
                     await self._wake.wait()
             self._wake.clear()
             try:
-                if self._listener is None or self._listener.is_closed():
-                    await self._listen()
-                await self._read_new()
+                listener = self._listener
+                if listener is None or listener.is_closed():
+                    listener = await self._listen()
+                await self._read_new(listener)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -172,23 +176,24 @@ class WatchCache:
                 self._listener = None
                 await asyncio.sleep(self._poll_interval)
 
-    async def _read_new(self) -> None:
-        async with self._connection() as conn:
-            while True:
-                records = await conn.fetch(_READ, self.head, 2**62, self._read_batch)
-                if not records:
-                    return
-                for record in records:
-                    event = _event(record)
-                    self._events.append(event)
-                    self._rvs.append(event.rv)
-                    self._deliver(event)
-                self.head = self._rvs[-1]
-                self.events_read += len(records)
-                self._trim()
-                self._signal()
-                if len(records) < self._read_batch:
-                    return
+    async def _read_new(self, conn: asyncpg.Connection) -> None:
+        """Read every event after ``head`` on ``conn``, the pump's own LISTEN connection: the hot path
+        takes no connection from the pool, and the statement stays prepared on it."""
+        while True:
+            records = await conn.fetch(_READ, self.head, 2**62, self._read_batch)
+            if not records:
+                return
+            for record in records:
+                event = _event(record)
+                self._events.append(event)
+                self._rvs.append(event.rv)
+                self._deliver(event)
+            self.head = self._rvs[-1]
+            self.events_read += len(records)
+            self._trim()
+            self._signal()
+            if len(records) < self._read_batch:
+                return
 
     def _deliver(self, event: Event) -> None:
         subscribers = self._subscribers.get(event.kind)

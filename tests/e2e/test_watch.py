@@ -213,3 +213,28 @@ async def test_deletecollection_with_a_selector(admin_async: httpx.AsyncClient, 
     assert sorted(i["metadata"]["name"] for i in response.json()["items"]) == ["d1", "d2"]
     left = (await admin_async.get(jobs_path(project))).json()["items"]
     assert [i["metadata"]["name"] for i in left] == ["d3"]
+
+
+def _watch_events_sent(cluster: Cluster) -> float:
+    with cluster.client("prometheus") as prometheus:
+        text = prometheus.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith('nodus_apiserver_watch_events_sent_total{resource="jobs"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_events_sent_are_counted_while_catching_up_and_when_fed_live(
+    cluster: Cluster, admin_async: httpx.AsyncClient, project: str
+) -> None:
+    before = _watch_events_sent(cluster)
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    await _create(admin_async, project, "early-1")
+    await _create(admin_async, project, "early-2")  # read from the cache by the watch catching up
+    watching = asyncio.create_task(collect(admin_async, jobs_path(project), 4, resourceVersion=start))
+    await asyncio.sleep(0.5)  # caught up: the next events are fed to it by the cache's fan-out
+    await _create(admin_async, project, "live-1")
+    await _create(admin_async, project, "live-2")
+    seen = await asyncio.wait_for(watching, 20)
+    assert [e["object"]["metadata"]["name"] for e in seen] == ["early-1", "early-2", "live-1", "live-2"]
+    assert _watch_events_sent(cluster) - before >= 4

@@ -40,6 +40,7 @@ from nodus.api.http.lists import build_query
 from nodus.api.http.queries import ListOptions
 from nodus.api.http.streaming import Slot
 from nodus.api.listwatch import Event, too_large
+from nodus.api.metrics import Tally
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
@@ -152,7 +153,7 @@ class _LiveWatcher:
 
     MAX_BUFFERED = 16 * 1024 * 1024
 
-    def __init__(self, kind: str, watch_filter: WatchFilter, encoder: _Encoder, transport: Any, sent: Any) -> None:
+    def __init__(self, kind: str, watch_filter: WatchFilter, encoder: _Encoder, transport: Any, sent: Tally) -> None:
         self.kind = kind
         self._filter = watch_filter
         self._encoder = encoder
@@ -179,7 +180,7 @@ class _LiveWatcher:
         kind = self._filter.classify(event)
         if kind is None:
             return True
-        self._sent.inc()
+        self._sent.count += 1
         if kind == event.type and self._encoder.shares_bytes:  # the common case: bytes framed once for all
             return self._write_chunk(event.chunk())
         return self.write(self._encoder.event(kind, event))
@@ -278,7 +279,7 @@ class _Watch:
             await chunk(self.encoder.bookmark(self.start, initial_end=True))
 
     async def _catch_up(
-        self, chunk: _Chunk, transport: Any, loop: asyncio.AbstractEventLoop, deadline: float, sent: Any
+        self, chunk: _Chunk, transport: Any, loop: asyncio.AbstractEventLoop, deadline: float, sent: Tally
     ) -> tuple[_LiveWatcher | None, float]:
         """Read the cache from ``start``, sending each event this watcher sees (counted in ``sent``) and a bookmark
         every interval, until the ``deadline``, a refusal (sent as an ERROR event), or, when ``transport`` can
@@ -304,7 +305,7 @@ class _Watch:
                 position = event.rv
                 kind = self.watch_filter.classify(event)
                 if kind is not None:
-                    sent.inc()
+                    sent.count += 1
                     await chunk(encoder.event(kind, event))
             if options.allow_bookmarks and now - last_bookmark >= interval:
                 last_bookmark = now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -88,6 +89,63 @@ class RequestMiddleware:
             await response(scope, receive, send_with_id)
 
 
+PREFIX = "/apis/nodus.dev/v1/"
+_RESOURCE_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+class _ResourceEndpoint:
+    """``resources.handle`` as a plain ASGI callable, with the error rendering FastAPI's exception handlers
+    give it: an APIError, or the database being unavailable, before the response starts becomes a Status."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            response = await resources.handle(request)
+            await response(scope, receive, tracking)
+        except (APIError, StorageError, OSError, TimeoutError) as exc:
+            if started:
+                raise
+            error = error_response(request, exc) if isinstance(exc, APIError) else await _unexpected(request, exc)
+            await error(scope, receive, send)
+
+
+class NodusApp(FastAPI):
+    """FastAPI, with the resource endpoint of ``/apis/nodus.dev/v1`` served on a short path (ADR 0058).
+
+    A request for any resource there (what the catch-all route would get) goes straight to
+    :class:`RequestMiddleware` and ``resources.handle``: no route matching over every route, no FastAPI or
+    Starlette middleware layers. Everything else (the subresources with handlers of their own, discovery,
+    the console, lifespan) takes FastAPI's ordinary path. Set up by :func:`create_app`."""
+
+    fast_path: ASGIApp | None = None
+    own_routes: tuple[re.Pattern[str], ...] = ()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.fast_path
+        if fast is not None and scope["type"] == "http" and self.serves_directly(scope["method"], scope["path"]):
+            scope["app"] = self
+            scope["path_params"] = {"path": scope["path"][len(PREFIX) :]}
+            await fast(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def serves_directly(self, method: str, path: str) -> bool:
+        """Whether a ``method`` request for ``path`` takes the short path (the catch-all's requests only)."""
+        return (
+            path.startswith(PREFIX)
+            and method in _RESOURCE_METHODS
+            and not self.root_path
+            and not any(route.match(path) for route in self.own_routes)
+        )
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     return error_response(request, exc)
@@ -108,7 +166,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(request, internal(rid))
 
 
-def create_app(server: APIServer) -> FastAPI:
+def create_app(server: APIServer) -> NodusApp:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await server.start()
@@ -117,7 +175,7 @@ def create_app(server: APIServer) -> FastAPI:
         finally:
             await server.stop()
 
-    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, title="Nodus")
+    app = NodusApp(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, title="Nodus")
     app.state.server = server
     app.state.streams = streaming.StreamLimits(
         server.settings.max_watches_per_user, server.settings.max_log_follows_per_user
@@ -178,9 +236,10 @@ def create_app(server: APIServer) -> FastAPI:
     router.add_route(
         "/apis/nodus.dev/v1/namespaces/{namespace}/secrets/{name}/values", secrets.secret_values, every_method
     )
-    router.add_route(
-        "/apis/nodus.dev/v1/{path:path}", resources.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
-    )
+    # Every route above under the prefix has a handler of its own; the short path must not take them.
+    app.own_routes = tuple(route.path_regex for route in router.routes if getattr(route, "path", "").startswith(PREFIX))
+    router.add_route(f"{PREFIX}{{path:path}}", resources.handle, methods=sorted(_RESOURCE_METHODS))
+    app.fast_path = RequestMiddleware(_ResourceEndpoint(), server)
     app.add_exception_handler(APIError, _api_error)
     for unavailable in (StorageError, OSError, TimeoutError):
         app.add_exception_handler(unavailable, _unexpected)

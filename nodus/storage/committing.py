@@ -11,10 +11,26 @@ one NOTIFY for many writes. A write that fails its precondition (exists, not fou
 resourceVersion) is simply not applied and takes no resourceVersion; an unexpected database error
 aborts the batch, whose writes are then retried one by one so that only the faulty one fails.
 
+A batch commits in one round trip (ADR 0056): a single statement, ``SELECT ... FROM nodus_commit_batch(...)``
+(migration 0013), sent outside any explicit transaction, so that the rv lock is held from that call to its
+own commit and never across a round trip to this process. The function locks the counter row, takes each
+write in batch order, gives the next resourceVersion to each write it applies (and none to a rejected one),
+updates ``objects`` and appends the ``events`` row as separate statements did before, sets the counter to the
+last resourceVersion taken and sends the NOTIFY (also when nothing was applied, as before). It returns, per
+write, whether it was applied and else why (with the current resourceVersion for a conflict).
+
+A body embeds its own resourceVersion, which only the function knows (it depends on which earlier writes of
+the batch are rejected). So the body is encoded here with a fresh random sentinel as its resourceVersion, and
+the text is cut around the sentinel's single occurrence: the function stores ``prefix || rv || suffix``, byte
+for byte the text this process would have encoded with the real version. Nothing a tenant writes into a body
+can move that cut: the sentinel is a uuid4 (122 random bits) drawn for this write, checked to occur exactly
+once. A write that is not applied gets its body's resourceVersion back as the caller passed it.
+
 A write may carry companions (:class:`Companion`): rows of other tables that belong to this write, such as
-a Job's progress sample (ADR 0054). Each is written right after its write is applied, in the same
-transaction, and only if it was applied: they commit or fail together. A write without companions runs
-exactly the statements it ran before companions existed.
+a Job's progress sample (ADR 0054). Each is written by this process right after its write is applied, in the
+same transaction, and only if it was applied: they commit or fail together. That needs the transaction open
+between statements, so a batch holding any write with companions commits as before, in an explicit
+transaction with one statement per write (the whole batch, in order, not split around that write).
 """
 
 from __future__ import annotations
@@ -22,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -87,6 +104,16 @@ _FINISH = """
 WITH bump AS (UPDATE counters SET value = $1 WHERE key = 'rv')
 SELECT pg_notify($2, $1::text)
 """
+
+# A batch without companions, in one statement (ADR 0056); migration 0013 states the function's contract.
+_COMMIT_BATCH = """
+SELECT outcomes, rvs FROM nodus_commit_batch(
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[],
+    $10::text[], $11::text[], $12::bigint[], $13::text
+)
+"""
+
+_MISSING = object()  # a body without metadata.resourceVersion, to restore as it was
 
 Operation = Literal["create", "update", "delete"]
 
@@ -183,6 +210,67 @@ class Committer:
                             write.done.set_exception(StorageError(f"database error: {type(single).__name__}"))
 
     async def _commit(self, batch: list[Write]) -> None:
+        if any(write.companions for write in batch):
+            outcomes = await self._commit_in_statements(batch)
+        else:
+            outcomes = await self._commit_in_one_call(batch)
+        self.batches += 1
+        self.writes += len(batch)
+        for write, outcome in outcomes:
+            if write.done.done():
+                continue
+            if isinstance(outcome, StorageError):
+                write.done.set_exception(outcome)
+            else:
+                write.done.set_result(outcome)
+
+    async def _commit_in_one_call(self, batch: list[Write]) -> list[tuple[Write, dict[str, Any] | StorageError]]:
+        """The batch in one statement, ``nodus_commit_batch`` (ADR 0056): its own implicit transaction. A
+        rejected write, or every write when the call fails, gets back the resourceVersion its body had."""
+        originals = [write.body["metadata"].get("resourceVersion", _MISSING) for write in batch]
+        try:
+            cuts = [_cut(write.body) for write in batch]
+            written = [write.operation != "delete" for write in batch]
+            async with self._connection() as conn:
+                record = await conn.fetchrow(
+                    _COMMIT_BATCH,
+                    [write.operation for write in batch],
+                    [write.key.kind for write in batch],
+                    [write.key.namespace for write in batch],
+                    [write.key.name for write in batch],
+                    [str(w.body["metadata"]["uid"]) if w.operation == "create" else None for w in batch],
+                    [rows.encode_labels(w.body) if new else None for w, new in zip(batch, written, strict=True)],
+                    [rows.phase_of(w.body) if new else None for w, new in zip(batch, written, strict=True)],
+                    [rows.encode_owner_uids(w.body) if new else None for w, new in zip(batch, written, strict=True)],
+                    [rows.deleting(w.body) if new else None for w, new in zip(batch, written, strict=True)],
+                    [prefix for prefix, _ in cuts],
+                    [suffix for _, suffix in cuts],
+                    [write.expected_rv for write in batch],
+                    NOTIFY_CHANNEL,
+                )
+        except BaseException:
+            for write, original in zip(batch, originals, strict=True):
+                _restore(write.body, original)
+            raise
+        outcomes: list[tuple[Write, dict[str, Any] | StorageError]] = []
+        for write, original, outcome, rv in zip(batch, originals, record["outcomes"], record["rvs"], strict=True):
+            if outcome == "applied":
+                write.body["metadata"]["resourceVersion"] = str(rv)
+                outcomes.append((write, write.body))
+                continue
+            _restore(write.body, original)
+            if outcome == "exists":
+                outcomes.append((write, AlreadyExists(write.key)))
+            elif outcome == "missing":
+                outcomes.append((write, NotFound(write.key)))
+            elif outcome == "conflict":
+                outcomes.append((write, Conflict(write.key, rv)))
+            else:  # pragma: no cover - the function returns nothing else
+                outcomes.append((write, StorageError(f"unexpected outcome {outcome!r}")))
+        return outcomes
+
+    async def _commit_in_statements(self, batch: list[Write]) -> list[tuple[Write, dict[str, Any] | StorageError]]:
+        """The batch in an explicit transaction, one statement per write, each followed by its companions."""
         outcomes: list[tuple[Write, dict[str, Any] | StorageError]] = []
         async with self._connection() as conn, conn.transaction():
             last_rv: int = await conn.fetchval(_LOCK_RV)
@@ -199,15 +287,7 @@ class Committer:
                 last_rv = next_rv
                 next_rv += 1
             await conn.fetchval(_FINISH, last_rv, NOTIFY_CHANNEL)
-        self.batches += 1
-        self.writes += len(batch)
-        for write, outcome in outcomes:
-            if write.done.done():
-                continue
-            if isinstance(outcome, StorageError):
-                write.done.set_exception(outcome)
-            else:
-                write.done.set_result(outcome)
+        return outcomes
 
     @staticmethod
     async def _apply(conn: asyncpg.Connection, write: Write, rv: int) -> dict[str, Any]:
@@ -253,3 +333,29 @@ class Committer:
         if not written:
             raise _Rejected(Conflict(key, current_rv))
         return body
+
+
+def _sentinel() -> str:
+    return uuid.uuid4().hex
+
+
+def _cut(body: dict[str, Any]) -> tuple[str, str]:
+    """``body`` encoded, cut around its resourceVersion's value: ``prefix + str(rv) + suffix`` is the body encoded
+    with ``rv`` (ADR 0056). The value is a fresh random sentinel, drawn again should the text hold it anywhere else
+    (a chance of about 2**-122 per string a tenant wrote), so that no text of the body can be taken for it."""
+    metadata = body["metadata"]
+    for _ in range(8):
+        sentinel = _sentinel()
+        metadata["resourceVersion"] = sentinel
+        text = rows.encode(body)
+        at = text.find(sentinel)
+        if at >= 0 and at == text.rfind(sentinel):
+            return text[:at], text[at + len(sentinel) :]
+    raise StorageError("could not mark the resourceVersion of a body")
+
+
+def _restore(body: dict[str, Any], original: object) -> None:
+    if original is _MISSING:
+        body["metadata"].pop("resourceVersion", None)
+    else:
+        body["metadata"]["resourceVersion"] = original

@@ -33,3 +33,8 @@ def encode(body: dict[str, Any]) -> str:
 
 def encode_labels(body: dict[str, Any]) -> str:
     return orjson.dumps(labels_of(body)).decode()
+
+
+def encode_owner_uids(body: dict[str, Any]) -> str:
+    """The owners' uids as a JSON array: one text per write in an array of writes (ADR 0056)."""
+    return orjson.dumps(owner_uids_of(body)).decode()

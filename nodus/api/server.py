@@ -23,12 +23,12 @@ from nodus.api.garbagecollection import GarbageCollector
 from nodus.api.kinds import catalog, destinationrules
 from nodus.api.ledgerdoor import LedgerDoor
 from nodus.api.listwatch import ListWatch
-from nodus.api.membership import Membership
 from nodus.api.metrics import Metrics
 from nodus.api.nodegraph import StoredNodeGraph
 from nodus.api.pipelineestimates import PipelineEstimates
 from nodus.api.pools import PoolHosts
 from nodus.api.projectdeletion import ProjectDeletion
+from nodus.api.projectview import ProjectView
 from nodus.api.registry import Registry
 from nodus.api.settings import ServerSettings
 from nodus.api.store import GenericStore
@@ -77,7 +77,10 @@ class APIServer:
                 pipeline_admission=PipelineEstimates(job_estimates).admit,
             )
         )
-        self.stores = {info.plural: GenericStore(self.storage, info) for info in self.registry}
+        # Every Project in memory, kept current by the watch cache (ADR 0057): authorisation, admission and running
+        # watches' re-checks read Projects from here.
+        self.projects = ProjectView(self.storage)
+        self.stores = {info.plural: GenericStore(self.storage, info, self.projects.get) for info in self.registry}
         # The services the HTTP routes call: every read and write of theirs goes through one of these or a store.
         self.listwatch = ListWatch(self.storage)
         self.logs = Logs(self.storage, self.stores["attempts"])
@@ -92,8 +95,6 @@ class APIServer:
         self.node_credentials = NodeCredentials(self.secret_keys, self._node, settings.node_credential_ttl)
         self.bootstrap_tokens = BootstrapTokenAuthenticator(self._bootstrap_token)
         self.metrics = Metrics()
-        # Project membership as running watches re-check it (nodus.api.http.watchaccess), read once a second.
-        self.membership = Membership(self.storage)
         # A project the server creates at start may not be deleted; a deleted one's credit is closed (ADR 0037).
         self.project_deletion = ProjectDeletion(self.storage, settings.bootstrap_projects)
         self.stores["projects"].deletion = self.project_deletion.check
@@ -107,7 +108,8 @@ class APIServer:
         self.blob_store: ObjectStore | None = open_store(settings.blob_store) if settings.blob_store else None
         self.blobs = Blobs(self.storage, self.blob_store, settings)
         self.ledger = LedgerDoor(self.storage, self.price_book)
-        self.authorizer = Authorizer(self._project, self._projects_for, StoredNodeGraph(self.storage, self.blob_store))
+        graph = StoredNodeGraph(self.storage, self.blob_store)
+        self.authorizer = Authorizer(self.projects.get, self._projects_for, graph)
         self.blob_collector = self._blob_collector()
         # The web console (ADR 0053): its sessions, and its static files read once here.
         self.console_sessions = ConsoleSessions(self.storage)
@@ -116,6 +118,7 @@ class APIServer:
 
     async def start(self) -> None:
         await self.storage.start()
+        await self.projects.start()
         for project in self.settings.bootstrap_projects:
             await bootstrap.ensure_project(self.stores["projects"], project)
             if self.settings.bootstrap_credits:
@@ -135,6 +138,7 @@ class APIServer:
         if self.blob_collector is not None:
             await self.blob_collector.stop()
         await self.console_sessions.stop()
+        await self.projects.stop()
         await self.storage.stop()
 
     async def storage_reachable(self) -> bool:
@@ -165,9 +169,6 @@ class APIServer:
         )
         return BlobCollector(self.storage, self.blob_store, self.stores["projects"], settings)
 
-    async def _project(self, name: str) -> dict[str, Any] | None:
-        return await self.storage.get(Key("Project", "", name))
-
     async def _purge_blobs(self, project: str) -> int:
         if self.blob_store is None:
             return 0
@@ -180,7 +181,4 @@ class APIServer:
         return await self.storage.get(Key("BootstrapToken", "", token_id))
 
     async def _projects_for(self, principal: Principal) -> list[str]:
-        names: set[str] = set()
-        for member in member_names(principal):
-            names.update(await self.storage.names_containing("Project", {"spec": {"members": [{"name": member}]}}))
-        return sorted(names)
+        return sorted(await self.projects.names_with_member(member_names(principal)))

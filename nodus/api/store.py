@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 PatchFunction = Callable[[Object], Object]
+# How admission reads a Project (the server's in-memory view, nodus.api.projectview): None when there is none.
+ProjectLookup = Callable[[str], Awaitable[Object | None]]
 # A step of delete before anything is written, given the stored object: it may refuse the delete by raising an
 # APIError (a project the server keeps) or add warnings (what goes with the object).
 Deletion = Callable[[Object, RequestContext], Awaitable[None]]
@@ -51,13 +53,18 @@ _PATCH_RETRIES = 128
 class GenericStore:
     """The store of one kind."""
 
-    def __init__(self, storage: Storage, info: KindInfo) -> None:
+    def __init__(self, storage: Storage, info: KindInfo, project: ProjectLookup | None = None) -> None:
+        """``project`` reads the Project a namespaced object is admitted to; the database when not given."""
         self.storage = storage
         self.info = info
+        self._project = project or self._stored_project
         self.strategy = info.strategy
         self.deletion: Deletion | None = None
 
     # --- helpers -------------------------------------------------------------------------------
+
+    async def _stored_project(self, name: str) -> Object | None:
+        return await self.storage.get(Key("Project", "", name))
 
     def key(self, namespace: str | None, name: str) -> Key:
         return Key(self.info.kind, namespace or "", name)
@@ -127,10 +134,10 @@ class GenericStore:
         if not self.info.namespaced:
             return
         project_name = obj["metadata"]["namespace"]
-        if project_name in ctx.projects:  # read moments ago by authorisation
+        if project_name in ctx.projects:  # read moments ago by authorisation: the request sees one version of it
             project = ctx.projects[project_name]
         else:
-            project = await self.storage.get(Key("Project", "", project_name))
+            project = await self._project(project_name)
         if project is None:
             raise APIError(
                 "NotFound",

@@ -158,6 +158,9 @@ class Committer:
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
         self.writes = 0
+        # The newest resourceVersion committed here, per kind (Storage.written_rv): recorded before any writer
+        # resumes, also for one whose caller went away meanwhile.
+        self.written: dict[str, int] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -216,7 +219,10 @@ class Committer:
             outcomes = await self._commit_in_one_call(batch)
         self.batches += 1
         self.writes += len(batch)
+        written = self.written
         for write, outcome in outcomes:
+            if not isinstance(outcome, StorageError):
+                written[write.key.kind] = int(outcome["metadata"]["resourceVersion"])  # batches commit in rv order
             if write.done.done():
                 continue
             if isinstance(outcome, StorageError):

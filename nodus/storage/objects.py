@@ -173,6 +173,12 @@ class Storage:
 
     # --- writes --------------------------------------------------------------------------------
 
+    def written_rv(self, kind: str) -> int:
+        """The resourceVersion of the newest write of ``kind`` committed through this process (0: none yet). It is
+        set before the write's caller resumes, so whatever this process does after a write can wait for the watch
+        cache to reach it (the Projects view's read-your-writes, nodus.api.projectview)."""
+        return self.committer.written.get(kind, 0)
+
     async def create(self, key: Key, body: dict[str, Any], companions: tuple[Companion, ...] = ()) -> dict[str, Any]:
         """Store a new object, and its ``companions`` in the same transaction. Raises AlreadyExists."""
         return await self.committer.submit(Write("create", key, body, companions=companions))

@@ -8,6 +8,13 @@ into the buffer: nothing is copied per watcher, and a slow watcher costs no memo
 whose cursor falls behind the buffer reads the log table instead; one behind the log's compaction
 point gets Expired (410).
 
+The pump itself can fall behind the compaction point: one that could not read the log for longer than
+the retention window (the database unreachable from this process) while another process compacted it.
+Its next read then starts past a gap, or finds nothing (all of it compacted). Resource versions are
+contiguous (``committing`` gives every applied write the next one), so only then is the compaction point read:
+the buffer is dropped, so that every cursor below the gap gets Expired from the log, and every
+subscriber is told (:meth:`Subscriber.lost`) and dropped, never fed across events it did not see.
+
 Commit order equals resourceVersion order (see ``committing``), so reading ``rv > head`` after a
 notification can never skip an event that commits later with a lower version.
 """
@@ -18,6 +25,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -101,9 +109,15 @@ class Subscriber(Protocol):
     def deliver(self, event: Event) -> bool:
         """Take one event of ``kind``; return False to be unsubscribed (the watcher is gone or too slow)."""
 
+    def lost(self) -> None:
+        """The cache missed events (it read past the log's compaction point): this subscriber is dropped and
+        must start again from a list. Called in the pump's loop; must not block."""
+
 
 class WatchCache:
-    """See the module docstring. ``head`` is the newest resourceVersion every cursor can reach."""
+    """See the module docstring. ``head`` is the newest resourceVersion every cursor can reach; ``read_at`` the
+    monotonic time the pump last read the log to its end (it does at least every ``poll_interval``), so a
+    reader can tell a cache that is current from one whose pump is failing."""
 
     def __init__(
         self,
@@ -128,6 +142,9 @@ class WatchCache:
         self._subscribers: dict[str, set[Subscriber]] = {}
         self._task: asyncio.Task[None] | None = None
         self.events_read = 0
+        self.read_at = 0.0
+        self._checked_at = 0.0  # when the pump last read the compaction point
+        self.losses = 0  # reads that started past the compaction point (see the module docstring)
 
     async def start(self) -> None:
         self._changed = asyncio.get_running_loop().create_future()
@@ -136,6 +153,7 @@ class WatchCache:
         async with self._connection() as conn:
             self.head = await conn.fetchval("SELECT value FROM counters WHERE key = 'rv'")
         self._start_rv = self.head
+        self.read_at = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._pump(), name="nodus-watch-pump")
 
     async def stop(self) -> None:
@@ -181,7 +199,16 @@ class WatchCache:
         takes no connection from the pool, and the statement stays prepared on it."""
         while True:
             records = await conn.fetch(_READ, self.head, 2**62, self._read_batch)
+            # Not the next version, or nothing new (looked into once a poll interval, not on every wake): the
+            # events after the head may have been compacted away.
+            if records:
+                suspect = records[0]["rv"] != self.head + 1
+            else:
+                suspect = time.monotonic() - self._checked_at >= self._poll_interval
+            if suspect:
+                await self._check_gap(conn)
             if not records:
+                self.read_at = time.monotonic()
                 return
             for record in records:
                 event = _event(record)
@@ -193,7 +220,34 @@ class WatchCache:
             self._trim()
             self._signal()
             if len(records) < self._read_batch:
+                self.read_at = time.monotonic()
                 return
+
+    async def _check_gap(self, conn: asyncpg.Connection) -> None:
+        """Before reading on past a gap: if the events in it were compacted away, the cache has lost them."""
+        self._checked_at = time.monotonic()
+        compacted: int = await conn.fetchval("SELECT value FROM counters WHERE key = 'compacted_rv'")
+        if compacted <= self.head:
+            return  # a gap nothing was lost in (no write took those versions)
+        log.warning(
+            "the watch cache read up to %d but the log was compacted to %d: events were lost; every watcher "
+            "starts again from a list",
+            self.head,
+            compacted,
+        )
+        self.losses += 1
+        # Every cursor below the gap now reads the log, and gets Expired from it.
+        self._events.clear()
+        self._rvs.clear()
+        self.head = self._start_rv = compacted
+        subscribers = [s for kind in self._subscribers.values() for s in kind]
+        self._subscribers.clear()
+        for subscriber in subscribers:
+            try:
+                subscriber.lost()
+            except Exception:
+                log.exception("a watcher failed to take the loss of events")
+        self._signal()  # streams waiting for events look again, and find their cursor below the gap
 
     def _deliver(self, event: Event) -> None:
         subscribers = self._subscribers.get(event.kind)

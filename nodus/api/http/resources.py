@@ -185,7 +185,7 @@ async def _get(server: APIServer, request: Request, principal: Principal, target
                 docs_base(request),
                 request_id(request),
                 slot,
-                watchaccess.recheck(server.membership, principal, info, target.namespace, readable),
+                watchaccess.recheck(server.projects, principal, info, target.namespace, readable),
             )
         except BaseException:
             slot.release()

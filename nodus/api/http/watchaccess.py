@@ -8,19 +8,20 @@ reconnects and is narrowed anew). The stream ends with an ERROR event carrying a
 library sees why rather than a silent close.
 
 Only users are checked: Nodus's own identities (administrators, controllers, nodes) are not governed by
-project membership. Project documents and a user's project set are read through
-:class:`~nodus.api.membership.Membership`, which keeps each answer for one second, so a thousand watchers
-cost at most one read per project per second.
+project membership. Project documents and a user's project set are read from the process's in-memory
+:class:`~nodus.api.projectview.ProjectView` (ADR 0057), so a thousand watchers cost no database reads: a
+member removed through this server is seen at the next check, one removed through another server as soon
+as its event reaches this one's watch cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from nodus.api.auth.authorization import Role, role_in
+from nodus.api.auth.authorization import Role, member_names, role_in
 from nodus.api.auth.principal import Principal
 from nodus.api.errors import APIError
-from nodus.api.membership import Membership
+from nodus.api.projectview import ProjectView
 from nodus.api.registry import GROUP, KindInfo
 
 RECHECK_SECONDS = 2.0
@@ -29,7 +30,7 @@ Recheck = Callable[[], Awaitable[APIError | None]]
 
 
 def recheck(
-    membership: Membership, principal: Principal, info: KindInfo, namespace: str | None, readable: list[str] | None
+    projects: ProjectView, principal: Principal, info: KindInfo, namespace: str | None, readable: list[str] | None
 ) -> Recheck | None:
     """The check a watch runs while it streams (None when nothing can change: Nodus's own identities, and kinds
     not narrowed by project). It returns the Status that ends the watch, or None to go on."""
@@ -38,7 +39,7 @@ def recheck(
     if namespace is not None:
 
         async def still_member() -> APIError | None:
-            if role_in(await membership.project(namespace), principal) >= Role.VIEWER:
+            if role_in(await projects.get(namespace), principal) >= Role.VIEWER:
                 return None
             return _ended(principal, info, f'is no longer a member of project "{namespace}"')
 
@@ -48,7 +49,7 @@ def recheck(
     started = frozenset(readable)
 
     async def still_reads_them() -> APIError | None:
-        lost = started - await membership.readable(principal)
+        lost = started - await projects.names_with_member(member_names(principal))
         if not lost:
             return None
         return _ended(principal, info, f'is no longer a member of project "{sorted(lost)[0]}"')

@@ -34,7 +34,7 @@ from starlette.responses import Response
 
 from nodus.api import tables
 from nodus.api.auth import authorization
-from nodus.api.errors import APIError
+from nodus.api.errors import APIError, expired
 from nodus.api.http import streaming, watchaccess
 from nodus.api.http.lists import build_query
 from nodus.api.http.queries import ListOptions
@@ -160,6 +160,7 @@ class _LiveWatcher:
         self._transport = transport
         self._sent = sent
         self.gone = asyncio.Event()
+        self.expired = False  # the cache lost events it would have fed this watcher
 
     def write(self, data: bytes) -> bool:
         return self._write_chunk(b"%x\r\n%s\r\n" % (len(data), data))  # HTTP/1.1 chunk, as uvicorn frames them
@@ -184,6 +185,10 @@ class _LiveWatcher:
         if kind == event.type and self._encoder.shares_bytes:  # the common case: bytes framed once for all
             return self._write_chunk(event.chunk())
         return self.write(self._encoder.event(kind, event))
+
+    def lost(self) -> None:
+        self.expired = True
+        self.gone.set()
 
 
 class WatchResponse(Response):
@@ -321,7 +326,7 @@ class _Watch:
     ) -> None:
         """Wait while the cache feeds ``live``, until the ``deadline`` or the client leaving; write a bookmark
         every interval, and end the stream with an ERROR event when a recheck (next ``due``) refuses the
-        caller."""
+        caller, or with a 410 when the cache lost events it should have fed (``_LiveWatcher.lost``)."""
         options, cache = self.options, self.server.listwatch
         interval = self.server.settings.bookmark_interval
         while not live.gone.is_set():
@@ -339,6 +344,8 @@ class _Watch:
                 return
             if options.allow_bookmarks and not live.gone.is_set() and loop.time() < deadline:
                 live.write(self.encoder.bookmark(cache.head))
+        if live.expired:  # the cache lost events this watch should have sent: its client must list again
+            live.write(self._error_event(expired("too old resource version: later events were compacted away")))
 
 
 async def respond_watch(

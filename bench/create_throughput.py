@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +105,10 @@ WHERE datname = current_database() AND application_name = 'nodus' AND backend_xi
 """
 
 
-async def _lock_probe(server: common.Server, dsn: str, template: dict[str, Any], count: int) -> dict[str, float]:
-    """One more API round (not counted above) while pg_stat_activity is sampled every ~3 ms: how much of
-    the time a write transaction (holding ``counters['rv']``) is open, and how much of that PostgreSQL
-    spends executing rather than waiting for the API server to send the batch's next statement."""
+async def lock_probe(dsn: str, load: Callable[[], Awaitable[Any]]) -> dict[str, float]:
+    """``load()`` (more API creates, not counted in the rounds) while pg_stat_activity is sampled every ~3 ms:
+    how much of the time a write transaction (holding ``counters['rv']``) is open, and how much of that
+    PostgreSQL spends executing rather than waiting for an API server to send the batch's next statement."""
     import asyncpg
 
     samples: list[list[str]] = []
@@ -124,7 +125,7 @@ async def _lock_probe(server: common.Server, dsn: str, template: dict[str, Any],
 
     sampler = asyncio.ensure_future(sample())
     try:
-        await _api_round(server, template, "probe-", count, 32, 0)
+        await load()
     finally:
         stop.set()
         await sampler
@@ -194,7 +195,9 @@ async def run(
             after = await asyncio.to_thread(server.metrics)
             await asyncio.sleep(1.5)  # PostgreSQL publishes session counts within a second
             activity_after = await common.database_activity(db)
-            result["lock_probe"] = await _lock_probe(server, database.asyncpg_dsn(db), request_template, count // 2)
+            result["lock_probe"] = await lock_probe(
+                database.asyncpg_dsn(db), lambda: _api_round(server, request_template, "probe-", count // 2, 32, 0)
+            )
         batches = after["nodus_storage_commit_batches"] - before["nodus_storage_commit_batches"]
         writes = after["nodus_storage_committed_writes"] - before["nodus_storage_committed_writes"]
         result["mean_batch"] = writes / batches if batches else 0.0

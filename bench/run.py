@@ -3,7 +3,7 @@
     python -m bench.run [--quick] [--only NAME ...] [--profile DIR]
 
 NAME: create, watch, list, schedule, latency, outputs, charges, calibration, checkpoints, recovery, gangs,
-images or pools (repeatable).
+images, pools or servers (repeatable).
 
 ``--quick`` (about four minutes for all five) runs fewer rounds, events and Jobs; ``--profile DIR``
 records each measured phase of the server with py-spy (``py-spy`` on PATH or ``NODUS_BENCH_PYSPY``) into
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from bench import (
     gangs,
     images,
     list_large,
+    multi_server,
     output_streaming,
     pools,
     recovery,
@@ -61,6 +62,7 @@ BENCHMARKS = (
     "gangs",
     "images",
     "pools",
+    "servers",
 )
 
 
@@ -80,6 +82,7 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
             "gangs": {"rounds": 2, "restarts": 2},
             "images": {"pull_rounds": 2, "start_rounds": 10, "warm": 10, "blob_mib": 1024},
             "pools": {"joins": 8, "jobs": 16, "pairs": 6, "rounds": 4},
+            "servers": {"rounds": 1, "count": 1500, "reads": 3000},
         }
     return {
         "create": {"rounds": 3, "count": 3000, "warmup": 300, "tls": True},
@@ -95,7 +98,26 @@ def _parameters(quick: bool) -> dict[str, dict[str, Any]]:
         "gangs": {"rounds": 5, "restarts": 5},
         "images": {"pull_rounds": 5, "start_rounds": 30, "warm": 40, "blob_mib": 1024},
         "pools": {"joins": 20, "jobs": 60, "pairs": 20, "rounds": 10},
+        "servers": {"rounds": 2, "count": 3000, "reads": 6000},
     }
+
+
+_RUNNERS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "create": create_throughput.run,
+    "watch": watch_latency.run,
+    "list": list_large.run,
+    "schedule": schedule_throughput.run,
+    "latency": run_latency.run,
+    "outputs": output_streaming.run,
+    "charges": charge_throughput.run,
+    "calibration": calibration.run,  # in-process and without a database (the estimator and billing rules)
+    "checkpoints": checkpoints.run,
+    "recovery": recovery.run,
+    "gangs": gangs.run,
+    "images": images.run,
+    "pools": pools.run,
+    "servers": multi_server.run,
+}
 
 
 async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
@@ -108,57 +130,11 @@ async def _run(only: list[str], quick: bool, workdir: Path) -> dict[str, Any]:
         "quick": quick,
         "parameters": {name: params[name] for name in only},
     }
-    if "create" in only:
-        started = time.monotonic()
-        results["create"] = await create_throughput.run(workdir / "create", **params["create"])
-        results["create"]["seconds"] = time.monotonic() - started
-    if "watch" in only:
-        started = time.monotonic()
-        results["watch"] = await watch_latency.run(workdir / "watch", **params["watch"])
-        results["watch"]["seconds"] = time.monotonic() - started
-    if "list" in only:
-        started = time.monotonic()
-        results["list"] = await list_large.run(workdir / "list", **params["list"])
-        results["list"]["seconds"] = time.monotonic() - started
-    if "schedule" in only:
-        started = time.monotonic()
-        results["schedule"] = await schedule_throughput.run(workdir / "schedule", **params["schedule"])
-        results["schedule"]["seconds"] = time.monotonic() - started
-    if "latency" in only:
-        started = time.monotonic()
-        results["latency"] = await run_latency.run(workdir / "latency", **params["latency"])
-        results["latency"]["seconds"] = time.monotonic() - started
-    if "outputs" in only:
-        started = time.monotonic()
-        results["outputs"] = await output_streaming.run(workdir / "outputs", **params["outputs"])
-        results["outputs"]["seconds"] = time.monotonic() - started
-    if "charges" in only:
-        started = time.monotonic()
-        results["charges"] = await charge_throughput.run(workdir / "charges", **params["charges"])
-        results["charges"]["seconds"] = time.monotonic() - started
-    if "calibration" in only:
-        # In-process and without a database (the estimator and the billing rules on simulated Jobs).
-        results["calibration"] = await calibration.run(workdir / "calibration", **params["calibration"])
-    if "checkpoints" in only:
-        started = time.monotonic()
-        results["checkpoints"] = await checkpoints.run(workdir / "checkpoints", **params["checkpoints"])
-        results["checkpoints"]["seconds"] = time.monotonic() - started
-    if "recovery" in only:
-        started = time.monotonic()
-        results["recovery"] = await recovery.run(workdir / "recovery", **params["recovery"])
-        results["recovery"]["seconds"] = time.monotonic() - started
-    if "gangs" in only:
-        started = time.monotonic()
-        results["gangs"] = await gangs.run(workdir / "gangs", **params["gangs"])
-        results["gangs"]["seconds"] = time.monotonic() - started
-    if "images" in only:
-        started = time.monotonic()
-        results["images"] = await images.run(workdir / "images", **params["images"])
-        results["images"]["seconds"] = time.monotonic() - started
-    if "pools" in only:
-        started = time.monotonic()
-        results["pools"] = await pools.run(workdir / "pools", **params["pools"])
-        results["pools"]["seconds"] = time.monotonic() - started
+    for name in BENCHMARKS:  # in this order whatever the order of --only
+        if name in only:
+            started = time.monotonic()
+            results[name] = await _RUNNERS[name](workdir / name, **params[name])
+            results[name]["seconds"] = time.monotonic() - started
     for name in only:
         results.setdefault("postgres", results[name].pop("postgres", None))
     results["machine"]["load_after"] = os.getloadavg()
@@ -400,6 +376,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "gangs": gangs.rows,
     "images": images.rows,
     "pools": pools.rows,
+    "servers": multi_server.rows,
 }
 
 

@@ -1,0 +1,71 @@
+"""``nodus fakehosts``: play every host of the fake cloud in one process (ADR 0059, docs/providers.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+from nodus.cli.processes import duration
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--directory",
+        type=Path,
+        required=True,
+        help="the fake cloud's directory: the controllers' --fake-directory (hosts are handed over there)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        required=True,
+        help="the API server, its CA and the credential of the one shared watch of Attempts and Nodes (an "
+        "administrator's or the controllers'; only read with); each host writes with its own node credential",
+    )
+    parser.add_argument("--server", help="the API server's URL for the hosts' requests (default: the kubeconfig's)")
+    parser.add_argument("--certificate-authority", type=Path, help="the CA file that signs the API server")
+    parser.add_argument("--heartbeat-interval", type=duration, default=timedelta(seconds=10))
+    parser.add_argument(
+        "--default-duration",
+        type=duration,
+        default=timedelta(seconds=5),
+        help="how long a fake program runs when its Job sets no NODUS_FAKE_DURATION (default 5s)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=32, help="joins and heartbeats in flight at once, each (default 32)"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from nodus.client import ClientConfig
+    from nodus.cloud.fakehosts import FakeHosts, FakeHostsSettings
+
+    observer = ClientConfig.from_kubeconfig(args.kubeconfig)
+    server = ClientConfig(
+        server=(args.server or observer.server).rstrip("/"),
+        ca_file=str(args.certificate_authority.resolve()) if args.certificate_authority else observer.ca_file,
+    )
+    settings = FakeHostsSettings(
+        directory=args.directory.resolve(),
+        server=server,
+        observer=observer,
+        heartbeat_interval=args.heartbeat_interval,
+        default_duration=args.default_duration,
+        concurrency=max(args.concurrency, 1),
+        max_connections=max(2 * args.concurrency, 4),
+    )
+    logging.getLogger("nodus.cloud.fakehosts").info("playing the fake hosts of %s", settings.directory)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(FakeHosts(settings).run())
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

@@ -33,7 +33,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--default-duration",
         type=duration,
         default=timedelta(seconds=5),
-        help="how long a fake program runs when its Job sets no NODUS_FAKE_DURATION (default 5s)",
+        help="how long a fake program runs when its Job sets no FAKEHOST_DURATION (default 5s)",
     )
     parser.add_argument(
         "--concurrency", type=int, default=32, help="joins and heartbeats in flight at once, each (default 32)"

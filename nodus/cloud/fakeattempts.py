@@ -28,8 +28,8 @@ from nodus.apis.v1 import objects
 Object = dict[str, Any]
 log = logging.getLogger("nodus.cloud.fakehosts")
 
-DURATION_ENV = "NODUS_FAKE_DURATION"
-EXIT_CODE_ENV = "NODUS_FAKE_EXIT_CODE"
+DURATION_ENV = "FAKEHOST_DURATION"
+EXIT_CODE_ENV = "FAKEHOST_EXIT_CODE"
 SANDBOX = "fake"
 SIGTERM = 15
 

@@ -56,6 +56,8 @@ class FakeCloud:
     :class:`~nodus.cloud.provider.FaultInjection`."""
 
     name = "fake"
+    # It plays the simulated cloud's price book (its offerings name provider sim): StandsIn.
+    offering_provider = "sim"
 
     def __init__(self, config: FakeCloudConfig) -> None:
         self.config = config

@@ -50,7 +50,7 @@ class FakeHostsSettings:
     # The credential of the shared watches of Attempts and Nodes (reads only).
     observer: ClientConfig
     heartbeat_interval: timedelta = timedelta(seconds=10)
-    # How long a fake program runs when its Job does not say (NODUS_FAKE_DURATION).
+    # How long a fake program runs when its Job does not say (FAKEHOST_DURATION).
     default_duration: timedelta = timedelta(seconds=5)
     scan_interval: float = 0.2
     # Requests in flight at once for joins and for heartbeats (each), and the shared pool's connections.

@@ -107,8 +107,9 @@ class FakeRun:
                 ended = Exit(code=None, signal=SIGTERM, oom_killed=False, stopped=True)
             except TimeoutError:
                 ended = Exit(code=self._code, signal=None, oom_killed=False, stopped=False)
-            placement = self.view.status.placement
-            end = decisions.terminal(self.stop, ended, placement.interruptible if placement else None)
+            # Read raw: one field does not need the whole Attempt validated.
+            placement = (self.attempt.get("status") or {}).get("placement") or {}
+            end = decisions.terminal(self.stop, ended, placement.get("interruptible"))
             await self._terminal(end, {"finishTime": _now(), "exitCode": ended.code, "signal": ended.signal})
         except asyncio.CancelledError:
             raise

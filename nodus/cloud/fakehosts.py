@@ -96,10 +96,6 @@ class FakeHosts:
             await self.client.aclose()
             await self.observer.aclose()
 
-    def ready(self) -> int:
-        """How many hosts are registered and heartbeating."""
-        return sum(1 for host in self.hosts.values() if host.state == "ready")
-
     # The directory
 
     async def _scan_forever(self) -> None:
@@ -230,13 +226,15 @@ class FakeHosts:
     async def _converge_forever(self) -> None:
         """Converge the hosts something changed for at once, and every host every second (runs end on their own
         clock, and a leaving host is gone once they have reported)."""
+        everyone = time.monotonic()
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), 1.0)
-                names, self._dirty = self._dirty, set()
-            except TimeoutError:
-                names, self._dirty = set(self.hosts), set()
             self._kick.clear()
+            names, self._dirty = self._dirty, set()
+            # A steady stream of changes must not starve the hosts nothing changed for.
+            if time.monotonic() - everyone >= 1.0:
+                names, everyone = set(self.hosts), time.monotonic()
             for name in names:
                 host = self.hosts.get(name)
                 if host is not None:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from nodus.client import ClientConfig
+from nodus.cloud.fakeattempts import behaviour
 from nodus.cloud.fakecloud import BOOT, KILL, TERMINATE, FakeCloud, FakeCloudConfig
 from nodus.cloud.fakehosts import FakeHosts, FakeHostsSettings
 from nodus.cloud.provider import FaultInjection, Provider
@@ -107,3 +108,14 @@ async def test_the_fake_host_process_takes_hosts_on_and_ends_them_by_their_marke
             task.cancel()
         await hosts.client.aclose()
         await hosts.observer.aclose()
+
+
+def test_a_fake_program_runs_as_long_and_ends_as_its_env_says() -> None:
+    def attempt(**env: str) -> dict[str, Any]:
+        return {"metadata": {"name": "a"}, "spec": {"env": [{"name": k, "value": v} for k, v in env.items()]}}
+
+    default = timedelta(seconds=5)
+    assert behaviour(attempt(), default) == (5.0, 0)
+    assert behaviour(attempt(FAKEHOST_DURATION="1m30s", FAKEHOST_EXIT_CODE="3"), default) == (90.0, 3)
+    # What does not parse is ignored: the defaults run, rather than failing the attempt.
+    assert behaviour(attempt(FAKEHOST_DURATION="soon", FAKEHOST_EXIT_CODE="-1"), default) == (5.0, 0)

@@ -36,7 +36,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a fake program runs when its Job sets no FAKEHOST_DURATION (default 5s)",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=32, help="joins and heartbeats in flight at once, each (default 32)"
+        "--concurrency",
+        type=int,
+        default=16,
+        help="joins and heartbeats in flight at once, each (default 16; the shared pool has 8 connections more)",
     )
 
 
@@ -56,7 +59,9 @@ def run(args: argparse.Namespace) -> None:
         heartbeat_interval=args.heartbeat_interval,
         default_duration=args.default_duration,
         concurrency=max(args.concurrency, 1),
-        max_connections=max(2 * args.concurrency, 4),
+        # httpx's pool looks at every connection for every request it hands out: a pool no bigger than the requests
+        # in flight keeps that cheap (a 2-core API server gains nothing from more).
+        max_connections=max(args.concurrency, 1) + 8,
     )
     logging.getLogger("nodus.cloud.fakehosts").info("playing the fake hosts of %s", settings.directory)
 

@@ -54,8 +54,8 @@ class FakeHostsSettings:
     default_duration: timedelta = timedelta(seconds=5)
     scan_interval: float = 0.2
     # Requests in flight at once for joins and for heartbeats (each), and the shared pool's connections.
-    concurrency: int = 32
-    max_connections: int = 64
+    concurrency: int = 16
+    max_connections: int = 24
 
 
 class FakeHosts:

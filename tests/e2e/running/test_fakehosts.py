@@ -2,7 +2,8 @@
 ``nodus fakehosts`` process playing every host.
 
 Jobs run to their end on fake hosts, a preempted interruptible one and one whose host is killed among them (both
-replaced and then Succeeded), billing verifies, and 200 fake hosts come up Ready and keep their Leases.
+replaced and then Succeeded) and a two-rank gang, billing verifies, and 200 fake hosts come up Ready, keep their
+Leases and are released when idle without one lost.
 """
 
 from __future__ import annotations
@@ -174,11 +175,13 @@ def test_jobs_run_to_their_end_through_preemption_and_a_killed_host_and_billing_
     create(fake, namespace, "fails", "1s", exit_code=3, recovery={"maxAttempts": 1})
     create(fake, namespace, "spot", "6s", **SPOT)
     create(fake, namespace, "doomed", "6s", placement={"offerings": ["cpu-8c-us"]})
+    # A gang's ranks each run their own clock: there is no mesh to meet in.
+    create(fake, namespace, "gang", "2s", placement={"offerings": ["cpu-8c-eu"]}, distributed={"nodes": 2})
     spot = fake.wait_for("spot running", lambda: running_on(fake, namespace, "spot"))
     fault(fake, "preempt", spot, "--notice", "3s")
     doomed = fake.wait_for("doomed running", lambda: running_on(fake, namespace, "doomed"))
     fault(fake, "kill", doomed)
-    for name in ("quick", "spot", "doomed"):
+    for name in ("quick", "spot", "doomed", "gang"):
         done = fake.wait_for(f"{name} to end", lambda n=name: phase_of(fake, namespace, n, "Succeeded", "Failed"))
         assert done["status"]["phase"] == "Succeeded", (name, done["status"], fake.logs())
     failed = fake.wait_for("fails to end", lambda: phase_of(fake, namespace, "fails", "Succeeded", "Failed"))
@@ -186,6 +189,7 @@ def test_jobs_run_to_their_end_through_preemption_and_a_killed_host_and_billing_
     ended = attempts(fake, namespace, "fails")[0]["status"]
     assert (ended["phase"], ended["reason"], ended["exitCode"]) == ("Failed", "Error", 3), ended
 
+    assert [a["status"]["phase"] for a in attempts(fake, namespace, "gang")] == ["Succeeded", "Succeeded"]
     first, *rest = attempts(fake, namespace, "spot")
     assert (first["status"]["phase"], first["status"]["reason"]) == ("Lost", "Preempted"), first["status"]
     assert [a["status"]["phase"] for a in rest] == ["Succeeded"]

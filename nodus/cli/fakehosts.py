@@ -1,4 +1,5 @@
-"""``nodus fakehosts``: play every host of the fake cloud in one process (ADR 0059, docs/providers.md)."""
+"""The fake cloud's flags (``--provider fake``) and ``nodus fakehosts``, which plays every host of it in one process
+(ADR 0059, docs/providers.md)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,55 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nodus.cli.processes import duration
+from nodus.apimachinery.units import parse_duration
+
+if TYPE_CHECKING:
+    from nodus.cloud.provider import Provider
+
+
+def add_provider_flags(parser: argparse.ArgumentParser) -> None:
+    """The controllers' flag of the fake cloud; its boot times and capacity are the ``--sim-*`` flags'."""
+    parser.add_argument(
+        "--fake-directory", type=Path, help="where the fake cloud hands hosts to `nodus fakehosts` (--provider fake)"
+    )
+
+
+def fake_provider(
+    args: argparse.Namespace,
+    data_dir: Path | None,
+    boot_time_overrides: dict[str, timedelta],
+    capacity_overrides: dict[str, int],
+) -> Callable[[], Provider]:
+    """The fake cloud as the controllers' provider factory, from their flags; its directory defaults to
+    ``<data dir>/fakehosts`` (``nodus dev``) or ``$TMPDIR/nodus-fakehosts``."""
+    import functools
+
+    from nodus.cloud.fakecloud import FakeCloud, FakeCloudConfig
+
+    default = data_dir / "fakehosts" if data_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "nodus-fakehosts"
+    config = FakeCloudConfig(
+        directory=(args.fake_directory or default).resolve(),
+        boot_time=args.sim_boot_time,
+        boot_scale=args.sim_boot_scale,
+        capacity=args.sim_capacity,
+        boot_time_overrides=boot_time_overrides,
+        capacity_overrides=capacity_overrides,
+    )
+    return functools.partial(FakeCloud, config)
+
+
+def duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

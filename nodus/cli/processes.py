@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodus.apimachinery.units import parse_duration
-from nodus.cli import awsflags
+from nodus.cli import awsflags, fakehosts
 
 if TYPE_CHECKING:
     from nodus.client import ClientConfig
@@ -83,9 +83,7 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     )
     awsflags.add_aws_flags(parser)
     parser.add_argument("--sim-work-dir", type=Path, help="where simulated hosts keep their files")
-    parser.add_argument(
-        "--fake-directory", type=Path, help="where the fake cloud hands hosts to `nodus fakehosts` (--provider fake)"
-    )
+    fakehosts.add_provider_flags(parser)
     parser.add_argument(
         "--sim-boot-time", type=duration, help="a fixed boot time for every simulated host (default: the offering's)"
     )
@@ -197,18 +195,8 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         # The Job controller keeps gang checkpoint intervals, scaled as the simulated agents scale theirs.
         scales = TimeScales(args.sim_assembly_time_scale, args.sim_checkpoint_time_scale)
     elif args.provider == "fake":
-        from nodus.cloud.fakecloud import FakeCloud, FakeCloudConfig
-
-        default = data_dir / "fakehosts" if data_dir else Path(os.environ.get("TMPDIR", "/tmp")) / "nodus-fakehosts"
-        fake = FakeCloudConfig(
-            directory=(args.fake_directory or default).resolve(),
-            boot_time=args.sim_boot_time,
-            boot_scale=args.sim_boot_scale,
-            capacity=args.sim_capacity,
-            boot_time_overrides=dict(_pair(text) for text in args.sim_boot_time_for),
-            capacity_overrides=dict(_count(text) for text in args.sim_capacity_for),
-        )
-        provider = functools.partial(FakeCloud, fake)
+        overrides = dict(_pair(text) for text in args.sim_boot_time_for), dict(_count(t) for t in args.sim_capacity_for)
+        provider = fakehosts.fake_provider(args, data_dir, *overrides)
     elif args.provider == "aws":
         provider = awsflags.aws_provider(args, kubeconfig)
     if args.storage_charge_interval <= timedelta(0):

@@ -85,7 +85,8 @@ class FakeHost:
             self._gone(f"its Node is {node['status']['phase']}")
             return
         await self._json("PUT", path("nodes", None, self.name, "status"), {**node, "status": self._ready(node)})
-        self.state = "ready"
+        if self.state == "joining":  # not killed or told to leave meanwhile
+            self.state = "ready"
 
     def _ready(self, node: Object) -> Object:
         """The Node's status as ``Agent.register`` writes it, with the offering's shape."""

@@ -81,6 +81,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a fake program runs when its Job sets no FAKEHOST_DURATION (default 5s)",
     )
     parser.add_argument(
+        "--credential-lifetime",
+        type=duration,
+        help="ask for node credentials this short-lived (at least 10s; the server caps it); renewed halfway",
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=16,
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> None:
         observer=observer,
         heartbeat_interval=args.heartbeat_interval,
         default_duration=args.default_duration,
+        credential_lifetime=args.credential_lifetime,
         concurrency=max(args.concurrency, 1),
         # httpx's pool looks at every connection for every request it hands out: a pool no bigger than the requests
         # in flight keeps that cheap (a 2-core API server gains nothing from more).

@@ -47,8 +47,16 @@ class FakeHost:
     """The host of Node ``name`` providing ``offering`` (its spec ``shape``), joining with ``join_token``."""
 
     def __init__(
-        self, client: Client, name: str, offering: str, shape: Object, join_token: str, default_duration: timedelta
+        self,
+        client: Client,
+        name: str,
+        offering: str,
+        shape: Object,
+        join_token: str,
+        default_duration: timedelta,
+        credential_lifetime: timedelta | None = None,
     ) -> None:
+        """``credential_lifetime`` asks for node credentials that short (at least 10 s); None: the server's."""
         self.client = client
         self.name = name
         self.offering = offering
@@ -60,6 +68,7 @@ class FakeHost:
         self._token = ""
         self._issued = self._expires = 0.0
         self._default = default_duration
+        self._lifetime = credential_lifetime
         self._refused: set[str] = set()
         self._reports: set[asyncio.Task[None]] = set()  # kept until done: the loop holds tasks weakly
 
@@ -121,6 +130,8 @@ class FakeHost:
         return status
 
     async def _exchange(self, token: str, spec: Object) -> None:
+        if self._lifetime is not None:
+            spec = {**spec, "expirationSeconds": int(self._lifetime.total_seconds())}
         body = {"apiVersion": "nodus.dev/v1", "kind": "NodeCredentialRequest", "spec": spec}
         status = (await self._json("POST", CREDENTIALS, body, token=token)).get("status") or {}
         self._expires = units.parse_time(str(status["expirationTimestamp"])).timestamp()
@@ -140,6 +151,10 @@ class FakeHost:
             except (errors.Unauthorized, errors.Forbidden, errors.Conflict) as exc:
                 self.leave(f"the node credential could not be renewed: {exc}", 0)
                 return
+            except Exception as exc:
+                # The credential is still good for half its life: the renewal is tried again next beat, and this
+                # beat's Lease renewal goes on.
+                log.warning("fake host %s: renewing its credential failed (%s)", self.name, exc)
         now = units.format_micro_time(units.now())
         renewal = {"spec": {"holderIdentity": self.name, "renewTime": now}}
         try:

@@ -52,6 +52,8 @@ class FakeHostsSettings:
     heartbeat_interval: timedelta = timedelta(seconds=10)
     # How long a fake program runs when its Job does not say (FAKEHOST_DURATION).
     default_duration: timedelta = timedelta(seconds=5)
+    # Node credentials this short-lived (renewed halfway); None: the server's lifetime.
+    credential_lifetime: timedelta | None = None
     scan_interval: float = 0.2
     # Requests in flight at once for joins and for heartbeats (each), and the shared pool's connections.
     concurrency: int = 16
@@ -147,6 +149,7 @@ class FakeHosts:
             dict(document.get("spec") or {}),
             str(document["joinToken"]),
             self.settings.default_duration,
+            self.settings.credential_lifetime,
         )
         self.hosts[name] = host
         self._spawn(self._join(host))

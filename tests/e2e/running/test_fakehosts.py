@@ -80,7 +80,8 @@ def fake(database_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     hosts_log = directory / "fakehosts.log"
     command = [sys.executable, "-m", "nodus", "fakehosts", "--directory", str(hands)]
     command += ["--kubeconfig", str(cluster.kubeconfig("admin")), "--heartbeat-interval", f"{int(HEARTBEAT * 1000)}ms"]
-    command += ["--default-duration", "2s"]
+    # Credentials good for 10 s: every host that lives longer has renewed its own (halfway) as it heartbeats.
+    command += ["--default-duration", "2s", "--credential-lifetime", "10s"]
     with hosts_log.open("wb") as log:
         hosts = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     fake = Fake(cluster, leader, hosts, hosts_log, directory)

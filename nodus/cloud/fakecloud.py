@@ -63,14 +63,18 @@ class FakeCloud:
         self.config = config
         for sub in (BOOT, KILL, TERMINATE):
             (config.directory / sub).mkdir(parents=True, exist_ok=True)
-        # Node name -> its boot task (None once the host was handed over, or adopted).
+        # Node name -> its boot task while it boots (or after it failed); None once handed over, or adopted.
         self._hosts: dict[str, asyncio.Task[None] | None] = {}
 
     def capacity(self, offering: Object) -> int | None:
         return self.config.capacity_overrides.get(offering["metadata"]["name"], self.config.capacity)
 
     def is_up(self, node_name: str) -> bool:
-        return node_name in self._hosts
+        """Handed over (and not ended), or still booting; a boot that failed is not up."""
+        if node_name not in self._hosts:
+            return False
+        task = self._hosts[node_name]
+        return task is None or not task.done()
 
     def adopt(self, node: Object) -> bool:
         """Take over a host an earlier controller handed over: its boot file is there and nothing ended it."""
@@ -126,10 +130,9 @@ class FakeCloud:
         """The host vanishes: the fake-host process stops playing it at once. False if there is no running host."""
         if node_name not in self._hosts:
             return False
-        task = self._hosts.pop(node_name)
-        if task is not None and not task.done():
-            task.cancel()
-            return False
+        if self._hosts[node_name] is not None:
+            return False  # still booting, or its boot failed: nothing runs to kill (as in the simulated cloud)
+        del self._hosts[node_name]
         _mark(self.config.directory / KILL / node_name, b"")
         return True
 

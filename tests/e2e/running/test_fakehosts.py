@@ -1,9 +1,9 @@
 """The fake cloud end to end (ADR 0059): a real API server and controllers with ``--provider fake``, and one
 ``nodus fakehosts`` process playing every host.
 
-Jobs run to their end on fake hosts, a preempted interruptible one and one whose host is killed among them (both
-replaced and then Succeeded) and a two-rank gang, billing verifies, and 200 fake hosts come up Ready, keep their
-Leases and are released when idle without one lost.
+Jobs run to their end on fake hosts: a preempted interruptible one and one whose host is killed (both replaced and
+then Succeeded), one moved off a drained host, a two-rank gang, one that fails with its exit code; billing verifies.
+And 200 fake hosts come up Ready, keep their Leases and are released when idle without one lost.
 """
 
 from __future__ import annotations
@@ -158,10 +158,11 @@ def running_on(fake: Fake, namespace: str, name: str) -> str | None:
     return first[0]["spec"]["node"] if first and first[0].get("status", {}).get("phase") == "Running" else None
 
 
-def fault(fake: Fake, *args: str) -> None:
+def nodus(fake: Fake, *args: str) -> None:
+    """Run ``nodus ARGS`` as the administrator, as a user would (``nodus sim kill NODE``)."""
     kubeconfig = str(fake.cluster.kubeconfig("admin"))
     result = subprocess.run(
-        [sys.executable, "-m", "nodus", "sim", *args, "--kubeconfig", kubeconfig],
+        [sys.executable, "-m", "nodus", *args, "--kubeconfig", kubeconfig],
         capture_output=True,
         text=True,
         timeout=60,
@@ -170,19 +171,22 @@ def fault(fake: Fake, *args: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_jobs_run_to_their_end_through_preemption_and_a_killed_host_and_billing_verifies(fake: Fake) -> None:
+def test_jobs_run_to_their_end_through_preemption_a_killed_host_and_a_drain_and_billing_verifies(fake: Fake) -> None:
     namespace = project(fake)
     create(fake, namespace, "quick", "1s")
     create(fake, namespace, "fails", "1s", exit_code=3, recovery={"maxAttempts": 1})
     create(fake, namespace, "spot", "6s", **SPOT)
     create(fake, namespace, "doomed", "6s", placement={"offerings": ["cpu-8c-us"]})
+    create(fake, namespace, "moved", "6s", placement={"offerings": ["cpu-8c-eu"]})
     # A gang's ranks each run their own clock: there is no mesh to meet in.
     create(fake, namespace, "gang", "2s", placement={"offerings": ["cpu-8c-eu"]}, distributed={"nodes": 2})
     spot = fake.wait_for("spot running", lambda: running_on(fake, namespace, "spot"))
-    fault(fake, "preempt", spot, "--notice", "3s")
+    nodus(fake, "sim", "preempt", spot, "--notice", "3s")
     doomed = fake.wait_for("doomed running", lambda: running_on(fake, namespace, "doomed"))
-    fault(fake, "kill", doomed)
-    for name in ("quick", "spot", "doomed", "gang"):
+    nodus(fake, "sim", "kill", doomed)
+    drained = fake.wait_for("moved running", lambda: running_on(fake, namespace, "moved"))
+    nodus(fake, "pools", "drain", drained, "--grace", "10s")  # waits until no attempt is left on the host
+    for name in ("quick", "spot", "doomed", "moved", "gang"):
         done = fake.wait_for(f"{name} to end", lambda n=name: phase_of(fake, namespace, n, "Succeeded", "Failed"))
         assert done["status"]["phase"] == "Succeeded", (name, done["status"], fake.logs())
     failed = fake.wait_for("fails to end", lambda: phase_of(fake, namespace, "fails", "Succeeded", "Failed"))
@@ -198,6 +202,9 @@ def test_jobs_run_to_their_end_through_preemption_and_a_killed_host_and_billing_
     assert first["status"]["phase"] == "Lost", first["status"]
     assert first["spec"]["node"] == doomed
     assert [a["status"]["phase"] for a in rest] == ["Succeeded"]
+    first, *rest = attempts(fake, namespace, "moved")
+    assert (first["status"]["phase"], first["status"]["reason"]) == ("Lost", "Drained"), first["status"]
+    assert [a["status"]["phase"] for a in rest] == ["Succeeded"] and rest[0]["spec"]["node"] != drained
     with fake.client() as client:
         node = client.get(f"{API}/nodes/{doomed}")
         # The killed host never reported again: the lifecycle controller found its Lease lapsed.

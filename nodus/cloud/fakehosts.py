@@ -93,10 +93,16 @@ class FakeHosts:
                 group.create_task(self._beat_forever())
                 group.create_task(self._converge_forever())
         finally:
-            for task in self._tasks:
-                task.cancel()
-            await self.client.aclose()
-            await self.observer.aclose()
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop playing every host at once (as if each were killed) and close the connections."""
+        for host in self.hosts.values():
+            host.kill()
+        for task in list(self._tasks):
+            task.cancel()
+        await self.client.aclose()
+        await self.observer.aclose()
 
     # The directory
 

@@ -104,10 +104,7 @@ async def test_the_fake_host_process_takes_hosts_on_and_ends_them_by_their_marke
         assert not (provider.config.directory / BOOT / "n1.json").exists()
         assert not (provider.config.directory / KILL / "n1").exists()
     finally:
-        for task in list(hosts._tasks):
-            task.cancel()
-        await hosts.client.aclose()
-        await hosts.observer.aclose()
+        await hosts.close()
 
 
 def test_a_fake_program_runs_as_long_and_ends_as_its_env_says() -> None:

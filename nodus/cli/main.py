@@ -22,6 +22,7 @@ from nodus.cli import (
     console,
     draining,
     estimate,
+    fakehosts,
     jobcommands,
     keys,
     nodes,
@@ -265,6 +266,12 @@ def parser() -> argparse.ArgumentParser:
     agent = commands_.add_parser("agent", help="run a node agent: register a Node and run the Attempts bound to it")
     processes.add_agent_flags(agent)
     agent.set_defaults(run="processes:agent")
+
+    fake = commands_.add_parser(
+        "fakehosts", help="play every host of the fake cloud (--provider fake) in one process (ADR 0059)"
+    )
+    fakehosts.add_flags(fake)
+    fake.set_defaults(run="fakehosts:run")
 
     secrets_cmd = commands_.add_parser("secrets", help="operators' tools on Secret values (reads the database)")
     secrets_commands = secrets_cmd.add_subparsers(dest="secrets_command", required=True)

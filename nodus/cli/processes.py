@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodus.apimachinery.units import parse_duration
-from nodus.cli import awsflags
+from nodus.cli import awsflags, fakehosts
 
 if TYPE_CHECKING:
     from nodus.client import ClientConfig
@@ -74,13 +74,16 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
     parser.add_argument("--retry-period", type=duration, default=timedelta(seconds=2), help="leader renewal period")
     parser.add_argument(
         "--provider",
-        choices=("sim", "aws", "none"),
+        choices=("sim", "fake", "aws", "none"),
         default="sim",
-        help="the cloud that supplies hosts: sim (agent processes on this machine), aws (EC2, the --aws-* flags), "
+        help="the cloud that supplies hosts: sim (agent processes on this machine), fake (hosts a `nodus fakehosts` "
+        "process plays, --fake-directory; boot times and capacity from the --sim-* flags), aws (EC2, the --aws-* "
+        "flags), "
         "none (only pool hosts and agents started by hand; no Node is ever created for an offering)",
     )
     awsflags.add_aws_flags(parser)
     parser.add_argument("--sim-work-dir", type=Path, help="where simulated hosts keep their files")
+    fakehosts.add_provider_flags(parser)
     parser.add_argument(
         "--sim-boot-time", type=duration, help="a fixed boot time for every simulated host (default: the offering's)"
     )
@@ -191,6 +194,9 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         provider = functools.partial(SimulatedCloud, sim)
         # The Job controller keeps gang checkpoint intervals, scaled as the simulated agents scale theirs.
         scales = TimeScales(args.sim_assembly_time_scale, args.sim_checkpoint_time_scale)
+    elif args.provider == "fake":
+        overrides = dict(_pair(text) for text in args.sim_boot_time_for), dict(_count(t) for t in args.sim_capacity_for)
+        provider = fakehosts.fake_provider(args, data_dir, *overrides)
     elif args.provider == "aws":
         provider = awsflags.aws_provider(args, kubeconfig)
     if args.storage_charge_interval <= timedelta(0):

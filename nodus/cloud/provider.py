@@ -110,3 +110,12 @@ class Sweeping(Protocol):
         this provider, in any phase): track (adopt) those of a known Node, terminate the others (those younger than a
         short grace are spared: their Node may not have reached the caller's cache yet). Returns the node names whose
         hosts it terminated."""
+
+
+@runtime_checkable
+class StandsIn(Protocol):
+    """An optional capability of a provider that boots hosts for another provider's offerings: the fake cloud plays
+    the simulated cloud's price book (ADR 0059). The scheduler then cold-starts the offerings of
+    ``offering_provider`` rather than those named like the provider; its Nodes still carry the provider's own name."""
+
+    offering_provider: str

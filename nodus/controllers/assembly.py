@@ -31,7 +31,7 @@ from nodus.client import Client, ClientConfig, errors
 from nodus.client.informers import Handler, Informer, Object
 from nodus.client.leaderelection import LeaderElector
 from nodus.client.workqueue import WorkQueue
-from nodus.cloud.provider import Provider
+from nodus.cloud.provider import Provider, StandsIn
 from nodus.controllers.billing import (
     BUDGET_WAIT_INDEX,
     CREDIT_WAIT_INDEX,
@@ -266,7 +266,8 @@ class Controllers:
 
         # Only the active provider's offerings may be cold-started; without one (--provider none) none may: hosts
         # come from Pools and agents started by hand, and no Node is created that nothing would boot.
-        cold_start = frozenset({self.cloud.name}) if self.cloud is not None else frozenset()
+        # A provider standing in for another (the fake cloud, ADR 0059) boots that one's offerings.
+        cold_start = frozenset({_offering_provider(self.cloud)}) if self.cloud is not None else frozenset()
         self.scheduler = SchedulerLoop(
             client, attempts, nodes, offerings, cold_start=cold_start, fee=settings.platform_fee
         )
@@ -306,3 +307,8 @@ async def run(settings: ControllerSettings) -> None:
     config = ClientConfig.from_kubeconfig(settings.kubeconfig)
     async with Client(config, user_agent="nodus-controllers") as client:
         await Controllers(settings, client).run()
+
+
+def _offering_provider(cloud: Provider) -> str:
+    """The provider named by the offerings ``cloud`` boots hosts for: its own name unless it stands in for another."""
+    return cloud.offering_provider if isinstance(cloud, StandsIn) else cloud.name

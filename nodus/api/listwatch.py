@@ -18,10 +18,11 @@ from nodus.api.errors import APIError, expired
 from nodus.storage import errors as storage_errors
 from nodus.storage.listing import ListCursor, ListQuery
 from nodus.storage.objects import Storage
+from nodus.storage.subscribers import index_of
 from nodus.storage.watchcache import Event, Subscriber
 
 # What lists and watches are made of: a query, its cursor, an event and a watcher fed by the cache.
-__all__ = ["Event", "ListCursor", "ListQuery", "ListWatch", "Subscriber", "too_large"]
+__all__ = ["Event", "ListCursor", "ListQuery", "ListWatch", "Subscriber", "index_of", "too_large"]
 
 
 def too_large(rv: int, current: int) -> APIError:

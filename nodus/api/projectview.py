@@ -63,6 +63,7 @@ class ProjectView:
     """
 
     kind = KIND  # the watch cache feeds a subscriber the events of its kind
+    index: tuple[str, str] | None = None  # every Project event
 
     def __init__(
         self, storage: Storage, catch_up: float = CATCH_UP_SECONDS, stale_after: float = STALE_SECONDS

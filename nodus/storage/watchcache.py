@@ -36,6 +36,7 @@ import orjson
 from nodus.storage import database
 from nodus.storage.errors import Expired
 from nodus.storage.schema import NOTIFY_CHANNEL
+from nodus.storage.subscribers import Subscribers
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class Subscriber(Protocol):
     """A live watcher fed synchronously by the pump (see :meth:`WatchCache.subscribe`)."""
 
     kind: str
+    index: tuple[str, str] | None
+    """What it selects, for :class:`~nodus.storage.subscribers.Subscribers` to offer it only the events it could
+    see (``subscribers.index_of``), or None for every event of its kind."""
 
     def deliver(self, event: Event) -> bool:
         """Take one event of ``kind``; return False to be unsubscribed (the watcher is gone or too slow)."""
@@ -139,7 +143,7 @@ class WatchCache:
         self._wake = asyncio.Event()
         self._changed: asyncio.Future[None] | None = None
         self._listener: asyncpg.Connection | None = None
-        self._subscribers: dict[str, set[Subscriber]] = {}
+        self._subscribers: dict[str, Subscribers] = {}
         self._task: asyncio.Task[None] | None = None
         self.events_read = 0
         self.read_at = 0.0
@@ -241,7 +245,7 @@ class WatchCache:
         self._rvs.clear()
         self.head = self._start_rv = compacted
         subscribers = [s for kind in self._subscribers.values() for s in kind]
-        self._subscribers.clear()
+        self._subscribers = {}
         for subscriber in subscribers:
             try:
                 subscriber.lost()
@@ -251,9 +255,9 @@ class WatchCache:
 
     def _deliver(self, event: Event) -> None:
         subscribers = self._subscribers.get(event.kind)
-        if not subscribers:
+        if subscribers is None:
             return
-        for subscriber in list(subscribers):
+        for subscriber in subscribers.candidates(event):
             try:
                 keep = subscriber.deliver(event)
             except Exception:
@@ -268,15 +272,21 @@ class WatchCache:
         Only a watcher that has caught up may subscribe: ``position`` (the last event it saw) must be the
         head, which is checked and registered in one step so that no event can fall in between. Returns
         False (and subscribes nothing) when the watcher is behind; it should read on with :meth:`stream`.
-        This is the fan-out path: one loop over subscribers per event, no task woken per watcher.
+        This is the fan-out path: one loop over the subscribers that could see the event (those indexed under
+        its name or labels, and the unindexed), no task woken per watcher.
         """
         if position != self.head:
             return False
-        self._subscribers.setdefault(subscriber.kind, set()).add(subscriber)
+        kind = self._subscribers.get(subscriber.kind)
+        if kind is None:
+            kind = self._subscribers[subscriber.kind] = Subscribers()
+        kind.add(subscriber)
         return True
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.get(subscriber.kind, set()).discard(subscriber)
+        kind = self._subscribers.get(subscriber.kind)
+        if kind is not None:
+            kind.discard(subscriber)
 
     def _trim(self) -> None:
         excess = len(self._events) - self._capacity

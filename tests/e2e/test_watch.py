@@ -238,3 +238,38 @@ async def test_events_sent_are_counted_while_catching_up_and_when_fed_live(
     seen = await asyncio.wait_for(watching, 20)
     assert [e["object"]["metadata"]["name"] for e in seen] == ["early-1", "early-2", "live-1", "live-2"]
     assert _watch_events_sent(cluster) - before >= 4
+
+
+async def test_live_watches_by_name_and_by_label_get_exactly_their_events(
+    admin_async: httpx.AsyncClient, project: str
+) -> None:
+    """The cache offers an event only to the watchers indexed under its name or labels (or unindexed); a watcher
+    of one label value still sees an object leave (DELETED) and come back (ADDED)."""
+    start = (await admin_async.get(jobs_path(project))).json()["metadata"]["resourceVersion"]
+    by_name = asyncio.create_task(
+        collect(admin_async, jobs_path(project), 3, fieldSelector="metadata.name=one", resourceVersion=start)
+    )
+    by_label = asyncio.create_task(
+        collect(admin_async, jobs_path(project), 5, labelSelector="node=a", resourceVersion=start)
+    )
+    everything = asyncio.create_task(collect(admin_async, jobs_path(project), 5, resourceVersion=start))
+    await asyncio.sleep(0.5)  # caught up: what follows is fed by the cache's fan-out
+    await _create(admin_async, project, "one", {"node": "a"})
+    await _create(admin_async, project, "two", {"node": "a"})
+    await _label(admin_async, project, "one", {"node": "b"})  # leaves node=a
+    await _label(admin_async, project, "one", {"node": "a"})  # comes back
+    await _label(admin_async, project, "two", {"other": "x"})  # stays in node=a
+    named, labelled, all_ = await asyncio.wait_for(asyncio.gather(by_name, by_label, everything), 20)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in named] == [
+        ("ADDED", "one"),
+        ("MODIFIED", "one"),
+        ("MODIFIED", "one"),
+    ]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in labelled] == [
+        ("ADDED", "one"),
+        ("ADDED", "two"),
+        ("DELETED", "one"),
+        ("ADDED", "one"),
+        ("MODIFIED", "two"),
+    ]
+    assert len(all_) == 5

@@ -51,6 +51,7 @@ async def other(own_database: str) -> AsyncIterator[Storage]:
 
 class Recorder:
     kind = "Job"
+    index: tuple[str, str] | None = None  # every event of the kind
 
     def __init__(self) -> None:
         self.events: list[Event] = []

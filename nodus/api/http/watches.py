@@ -39,12 +39,12 @@ from nodus.api.http import streaming, watchaccess
 from nodus.api.http.lists import build_query
 from nodus.api.http.queries import ListOptions
 from nodus.api.http.streaming import Slot
-from nodus.api.listwatch import Event, too_large
+from nodus.api.listwatch import Event, index_of, too_large
 from nodus.api.metrics import Tally
 from nodus.api.negotiation import Representation
 from nodus.api.registry import API_VERSION, KindInfo
 from nodus.api.server import APIServer
-from nodus.apimachinery.selectors import FieldRequirement, FieldSelector, LabelSelector
+from nodus.apimachinery.selectors import FieldRequirement, FieldSelector, LabelSelector, Operator
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 log = logging.getLogger(__name__)
@@ -66,6 +66,17 @@ class WatchFilter:
             values = {"metadata.name": name, "metadata.namespace": namespace or None, "status.phase": phase}
             return self.fields.matches(values)
         return True
+
+    def index(self) -> tuple[str, str] | None:
+        """What the watch cache may offer this watcher events by (``Subscribers`` in the storage layer): the one
+        name it selects, or the first label it requires to equal one value; None when it selects neither."""
+        names = {r.value for r in self.fields.requirements if r.field == "metadata.name" and not r.negated}
+        equalities = [
+            (r.key, r.values[0])
+            for r in self.labels.requirements
+            if r.operator in (Operator.EQUALS, Operator.IN) and len(r.values) == 1
+        ]
+        return index_of(names, equalities)
 
     def classify(self, event: Event) -> str | None:
         """The event type this watcher sees for ``event``, or None when it sees nothing."""
@@ -155,6 +166,7 @@ class _LiveWatcher:
 
     def __init__(self, kind: str, watch_filter: WatchFilter, encoder: _Encoder, transport: Any, sent: Tally) -> None:
         self.kind = kind
+        self.index = watch_filter.index()
         self._filter = watch_filter
         self._encoder = encoder
         self._transport = transport

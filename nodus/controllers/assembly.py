@@ -47,9 +47,11 @@ from nodus.controllers.credits import ProjectCredits, enqueue_on_cost
 from nodus.controllers.jobs.gangplanning import TimeScales
 from nodus.controllers.jobs.reconciling import (
     JOB_UID_INDEX,
+    WAITING_FOR_JOB_INDEX,
     WAITING_INDEX,
     JobReconciler,
     job_uid_of,
+    waiting_for_outputs_of,
     waiting_in,
 )
 from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
@@ -113,8 +115,25 @@ class ControllerSettings:
     time_scales: TimeScales = field(default_factory=TimeScales)
 
 
+def _enqueue_readers_of_job(queue: WorkQueue[Any], jobs: Informer) -> Handler:
+    """A Job changed: the Jobs waiting for admission on its outputs look again (``WAITING_FOR_JOB_INDEX``).
+    Not every waiting Job of the project: in a burst of creates that was quadratic (each new Job woke every
+    Job still Pending), and the controllers fell behind by hundreds of Jobs (docs/benchmarks.md §13)."""
+
+    def handler(old: Object | None, new: Object | None) -> None:
+        for obj in (old, new):
+            if obj is not None:
+                key = f"{obj['metadata'].get('namespace') or ''}/{obj['metadata']['name']}"
+                for job in jobs.by_index(WAITING_FOR_JOB_INDEX, key):
+                    queue.add((job["metadata"].get("namespace") or "", job["metadata"]["name"]))
+                return
+
+    return handler
+
+
 def _enqueue_waiting_jobs(queue: WorkQueue[Any], jobs: Informer) -> Handler:
-    """A Secret, Volume, Connection or Job changed: the Jobs of its project waiting for admission look again."""
+    """A Secret, Volume, Connection, Pool or Workspace changed: the Jobs of its project waiting for admission look
+    again (these change rarely; a Job's readers are woken by ``_enqueue_readers_of_job``)."""
 
     def handler(old: Object | None, new: Object | None) -> None:
         for obj in (old, new):
@@ -163,6 +182,7 @@ class Controllers:
             for plural in ("secrets", "volumes", "connections", "pools", "workspaces")
         }
         jobs.add_index(WAITING_INDEX, waiting_in)
+        jobs.add_index(WAITING_FOR_JOB_INDEX, waiting_for_outputs_of)
         attempts.add_index(JOB_UID_INDEX, job_uid_of)
         attempts.add_index(NODE_INDEX, nodes_of)
         attempts.add_index(RAN_ON_INDEX, ran_on)
@@ -172,8 +192,9 @@ class Controllers:
         job_queue: WorkQueue[Any] = WorkQueue()
         jobs.add_handler(enqueue_object(job_queue))
         attempts.add_handler(enqueue_owner(job_queue, "Job"))
-        for informer in (*referenced.values(), jobs):
+        for informer in referenced.values():
             informer.add_handler(_enqueue_waiting_jobs(job_queue, jobs))
+        jobs.add_handler(_enqueue_readers_of_job(job_queue, jobs))
         job_reconciler = JobReconciler(client, jobs, attempts, referenced, scales=settings.time_scales)
         manager.add_controller("jobs", job_reconciler, job_queue, workers)
 

@@ -28,6 +28,7 @@ log = logging.getLogger("nodus.controllers.jobs")
 
 JOB_UID_INDEX = "job-uid"
 WAITING_INDEX = "waiting"
+WAITING_FOR_JOB_INDEX = "waiting-for-job"
 # The kinds a Job's data plane names, found through their informers at admission.
 REFERENCED = ("secrets", "volumes", "connections", "jobs", "workspaces")
 
@@ -43,6 +44,16 @@ def waiting_in(job: Object) -> list[str]:
     if (read.status.phase or "Pending") != "Pending":
         return []
     return [read.metadata.namespace or ""]
+
+
+def waiting_for_outputs_of(job: Object) -> list[str]:
+    """Index of Jobs not admitted yet by the Jobs whose outputs they take as inputs (``project/name``): only a
+    change of one of those can admit them, so a Job's change wakes its readers, not every waiting Job."""
+    read = objects.read(objects.Job, job)
+    if (read.status.phase or "Pending") != "Pending":
+        return []
+    namespace = read.metadata.namespace or ""
+    return sorted({f"{namespace}/{item.output.job}" for item in read.spec.inputs or () if item.output is not None})
 
 
 class JobReconciler:

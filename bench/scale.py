@@ -46,8 +46,11 @@ Figures (also in the JSON, each under its name):
   the preempted, and those are preempted, not lost; no host is killed here).
 * ``jobs_ended``: Jobs by phase when the run stopped waiting (the warm-up Jobs are ``Cancelled``).
 
-Sizes: ``--quick`` 200 hosts, 2,000 Jobs (about 5 minutes); full 2,000 hosts, 20,000 Jobs (see
-docs/benchmarks.md section 13 for what fits on a 2-core machine).
+Sizes: issue 22 asks for 2,000 hosts and 20,000 Jobs (``--quick`` 200 and 2,000). On this 2-core machine (shared)
+200 hosts and 2,000 Jobs took 11 minutes (5 workload Attempts bound per second; docs/benchmarks.md section 13), so
+20,000 Jobs would take over an hour: the full run is 200 hosts and 2,000 Jobs (busy phase capped at 15 minutes) and
+``--quick`` 100 hosts and 1,000 Jobs (busy phase capped at 5 minutes; about 6-7 minutes in all). ``run(hosts=2000,
+jobs=20000)`` runs the issue's size where the machine allows it.
 """
 
 from __future__ import annotations
@@ -329,14 +332,17 @@ async def _cancel(client: Any, names: list[str], concurrency: int) -> None:
 
 
 async def _until_ended(client: Any, count: int, timeout: float, stall: float, interval: float) -> list[Any]:
+    """The Jobs once ``count`` have finished, or once their phases have not changed for ``stall`` seconds (or
+    ``timeout`` passed): those still going are then reported as they are rather than waited for."""
     deadline = time.monotonic() + timeout
-    last, progress = -1, time.monotonic()
+    last: list[tuple[str, int]] = []
+    progress = time.monotonic()
     while True:
         jobs = list((await client.list("jobs", common.PROJECT))["items"])
-        ended = sum(1 for j in jobs if (j.get("status") or {}).get("phase") in FINISHED)
-        if ended != last:
-            last, progress = ended, time.monotonic()
-        if ended >= count or time.monotonic() > min(deadline, progress + stall):
+        phases = Counter(str((j.get("status") or {}).get("phase")) for j in jobs)
+        if sorted(phases.items()) != last:
+            last, progress = sorted(phases.items()), time.monotonic()
+        if sum(phases[p] for p in FINISHED) >= count or time.monotonic() > min(deadline, progress + stall):
             return jobs
         await asyncio.sleep(interval)
 
@@ -619,7 +625,7 @@ async def run(
         "binds_500": result["binds"]["per_s"] >= 500,
         "mutation_p99_1s": max(submitted["p99_ms"], result["server_mutations"]["p99_ms"]) <= 1000,
         "list_30s": result["list"]["seconds"] <= 30,
-        "recovery_3x": result["recovery"]["p95_vs_reference"] <= 3,
+        "recovery_3x": result["recovery"]["p95_vs_reference"] <= 3 and not result["recovery"]["unrecovered"],
         "no_lost_nodes": not result["nodes"]["lost_not_preempted"],
     }
     return result
@@ -670,7 +676,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             _verdict(t["list_30s"]),
         ),
         (
-            f"  recovery after preemption p50/p95 s (n {rec['n']})",
+            f"  recovery after preemption p50/p95 s (n {rec['n']}, not recovered {len(rec['unrecovered'])})",
             f"{rec['p50_s']:.1f} / {rec['p95_s']:.1f}",
             f"detect 0 + boot {rec['reference_s']:.0f} s",
             f"{rec['p95_vs_reference']:.1f}x",

@@ -600,6 +600,7 @@ async def run(
         result["postgres_tables"] = await _postgres(db, hosts + jobs)
         logs = controllers.logs()
         result["lease_losses"] = logs.count(LEASE_NEEDLE)
+        result["lease_loss_lines"] = [line[:300] for line in logs.splitlines() if LEASE_NEEDLE in line][:10]
         result["controllers_errors"] = logs.count(" ERROR ")
         result["fakehosts_errors"] = fakehosts.logs().count(" ERROR ")
     workload_names = {b["metadata"]["name"] for b in workload}

@@ -1,7 +1,8 @@
 """The REST client: CRUD, lists that follow ``continue``, watches and raw streams of ``nodus.dev/v1``.
 
-One ``httpx.AsyncClient`` per :class:`Client`, so connections are kept alive and reused (HTTP/1.1;
-a watch holds one connection for as long as it runs, hence ``max_connections``). Every call is a
+Two ``httpx.AsyncClient`` pools per :class:`Client`, so connections are kept alive and reused (HTTP/1.1):
+one of at most ``REQUEST_CONNECTIONS`` for requests, one of ``max_connections`` for streams (a watch holds
+one connection for as long as it runs). Every call is a
 single request: the client never retries on its own, because only the caller knows whether a
 write may be repeated. Errors are :mod:`nodus.client.errors` classes; transport failures stay
 ``httpx.TransportError``.
@@ -12,6 +13,7 @@ cluster-scoped kinds (``projects``, ``nodes``, ``leases``) or to list and watch 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -27,6 +29,7 @@ from nodus.client.config import ClientConfig
 API_PREFIX = "/apis/nodus.dev/v1"
 Object = dict[str, Any]
 _JSON = "application/json"
+REQUEST_CONNECTIONS = 16  # requests in flight per Client; more wait their turn (see Client.__init__)
 _MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -74,14 +77,26 @@ class Client:
         self._timeout = timeout
         headers = {"User-Agent": user_agent, "Accept": _JSON}
         self._auth = _Bearer(config.token)
-        self._http = httpx.AsyncClient(
-            base_url=config.server,
-            headers=headers,
-            auth=self._auth,
-            verify=config.ssl_context() if config.server.startswith("https:") else True,
-            timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        verify = config.ssl_context() if config.server.startswith("https:") else True
+
+        def pool(connections: int) -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                base_url=config.server,
+                headers=headers,
+                auth=self._auth,
+                verify=verify,
+                timeout=httpx.Timeout(timeout),
+                limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            )
+
+        # Requests and long-lived streams (watches, followed logs) have pools of their own, and requests queue
+        # here rather than inside httpcore: its pool rescans every connection for each idle one on every request
+        # (quadratic in the pool's size), which took 28-50 % of a busy controllers process with 64 connections
+        # (docs/benchmarks.md §13). Streams hold their connection; they never wait behind requests.
+        request_connections = min(REQUEST_CONNECTIONS, max_connections)
+        self._http = pool(request_connections)
+        self._slots = asyncio.Semaphore(request_connections)
+        self._streams = pool(max_connections)
 
     def set_token(self, token: str) -> None:
         """Send ``token`` from the next request on (requests already sent keep the one they had)."""
@@ -97,12 +112,14 @@ class Client:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._streams.aclose()
 
     # Raw requests
 
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request (``kwargs`` as for ``httpx.AsyncClient.request``); raises APIError on >= 400."""
-        response = await self._http.request(method, path, **kwargs)
+        async with self._slots:
+            response = await self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
             raise errors.from_response(response.status_code, response.reason_phrase, response.content)
         return response
@@ -113,7 +130,7 @@ class Client:
         Close it with ``contextlib.aclosing`` when stopping early, so the connection is released at once.
         """
         timeout = httpx.Timeout(self._timeout, read=None)
-        async with self._http.stream("GET", path, params=params, headers={"Accept": "*/*"}, timeout=timeout) as r:
+        async with self._streams.stream("GET", path, params=params, headers={"Accept": "*/*"}, timeout=timeout) as r:
             if r.status_code >= 400:
                 raise errors.from_response(r.status_code, r.reason_phrase, await r.aread())
             async for line in watching.lines(r):
@@ -124,7 +141,7 @@ class Client:
         """A GET of raw bytes (a blob, a Job output), opened: the response's headers are there and its
         body is read with ``response.aiter_bytes()``. Raises APIError on >= 400. No read timeout
         between chunks beyond the client's."""
-        async with self._http.stream("GET", path, params=params, headers={"Accept": "*/*"}) as response:
+        async with self._streams.stream("GET", path, params=params, headers={"Accept": "*/*"}) as response:
             if response.status_code >= 400:
                 raise errors.from_response(response.status_code, response.reason_phrase, await response.aread())
             yield response
@@ -302,7 +319,7 @@ class Client:
             params["timeoutSeconds"] = str(timeout_seconds)
             read = timeout_seconds + self._timeout
         timeout = httpx.Timeout(self._timeout, read=read)
-        async with self._http.stream("GET", path(plural, namespace), params=params, timeout=timeout) as response:
+        async with self._streams.stream("GET", path(plural, namespace), params=params, timeout=timeout) as response:
             if response.status_code >= 400:
                 raise errors.from_response(response.status_code, response.reason_phrase, await response.aread())
             async for event in watching.events(response):

@@ -174,3 +174,25 @@ async def test_raw_request_and_stream_lines(client: Client, project: str) -> Non
     lines = [line async for line in client.stream_lines(path, {"watch": "true", "timeoutSeconds": "1"})]
     assert any('"lined"' in line for line in lines)
     assert all(line for line in lines)
+
+
+async def test_requests_share_a_small_pool_and_never_wait_behind_watches(client: Client, project: str) -> None:
+    """Streams have a pool of their own; requests queue in the client (at most REQUEST_CONNECTIONS in flight)
+    rather than inside httpcore, whose pool scan is quadratic in its size."""
+    await client.create("jobs", job("pooled"), project)
+    streams = [client.watch("jobs", project, timeout_seconds=30) for _ in range(rest_client.REQUEST_CONNECTIONS + 4)]
+    try:
+        # More watches than there are request connections, each holding its own: every one has its first event.
+        firsts = await asyncio.wait_for(asyncio.gather(*(anext(stream) for stream in streams)), 30)
+        assert {event.object["metadata"]["name"] for event in firsts} == {"pooled"}
+        reads = await asyncio.wait_for(
+            asyncio.gather(
+                *(client.get("jobs", "pooled", project) for _ in range(3 * rest_client.REQUEST_CONNECTIONS))
+            ),
+            30,
+        )
+        assert {r["metadata"]["name"] for r in reads} == {"pooled"}
+        assert len(client._http._transport._pool.connections) <= rest_client.REQUEST_CONNECTIONS  # type: ignore[attr-defined]
+    finally:
+        for stream in streams:
+            await stream.aclose()

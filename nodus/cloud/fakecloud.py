@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from nodus.apimachinery import units
+from nodus.cloud.simulated import boot_seconds
 
 Object = dict[str, Any]
 log = logging.getLogger("nodus.cloud.fake")
@@ -95,13 +95,7 @@ class FakeCloud:
         self._hosts[name] = asyncio.create_task(self._boot(name, offering, join_token), name=f"boot {name}")
 
     def boot_delay(self, offering: Object) -> float:
-        override = self.config.boot_time_overrides.get(offering["metadata"]["name"])
-        if override is not None:
-            return override.total_seconds()
-        if self.config.boot_time is not None:
-            return self.config.boot_time.total_seconds()
-        p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"
-        return units.parse_duration(p50).total_seconds() * self.config.boot_scale
+        return boot_seconds(offering, self.config.boot_time, self.config.boot_scale, self.config.boot_time_overrides)
 
     async def _boot(self, name: str, offering: Object, join_token: str) -> None:
         await asyncio.sleep(self.boot_delay(offering))

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -40,6 +41,20 @@ PID_ANNOTATION = "sim.nodus.dev/pid"
 # The pid of a host's agent, also kept beside its work directory: a controller that dies between booting a host
 # and annotating its Node must not leave a host no one can adopt (and so no fault can reach).
 PID_FILE = "pid"
+
+
+def boot_seconds(
+    offering: Object, boot_time: timedelta | None, boot_scale: float, overrides: Mapping[str, timedelta]
+) -> float:
+    """How long a simulated boot of ``offering`` takes: its override, else the fixed ``boot_time``, else the
+    offering's cold-boot median times ``boot_scale`` (the simulated cloud and the fake cloud alike)."""
+    override = overrides.get(offering["metadata"]["name"])
+    if override is not None:
+        return override.total_seconds()
+    if boot_time is not None:
+        return boot_time.total_seconds()
+    p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"
+    return units.parse_duration(p50).total_seconds() * boot_scale
 
 
 @dataclass
@@ -132,13 +147,7 @@ class SimulatedCloud:
         host.boot = asyncio.create_task(self._boot(name, offering, host, join_token), name=f"boot {name}")
 
     def boot_delay(self, offering: Object) -> float:
-        override = self.config.boot_time_overrides.get(offering["metadata"]["name"])
-        if override is not None:
-            return override.total_seconds()
-        if self.config.boot_time is not None:
-            return self.config.boot_time.total_seconds()
-        p50 = ((offering.get("spec") or {}).get("boot") or {}).get("p50") or "0s"
-        return units.parse_duration(p50).total_seconds() * self.config.boot_scale
+        return boot_seconds(offering, self.config.boot_time, self.config.boot_scale, self.config.boot_time_overrides)
 
     async def _boot(self, name: str, offering: Object, host: _Host, join_token: str) -> None:
         await asyncio.sleep(self.boot_delay(offering))

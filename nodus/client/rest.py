@@ -111,8 +111,10 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-        await self._streams.aclose()
+        try:
+            await self._http.aclose()
+        finally:  # the streams' connections are closed even when closing the requests' pool fails
+            await self._streams.aclose()
 
     # Raw requests
 

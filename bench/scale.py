@@ -69,7 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import common
+from bench import common, queues
 
 BOOT_TIME = "2s"
 SEED = 20261207
@@ -215,6 +215,8 @@ async def _cluster(workdir: Path, hosts: int, result: dict[str, Any]) -> AsyncIt
     flags = ["--provider", "fake", "--fake-directory", str(hands), "--sim-boot-time", BOOT_TIME]
     flags += ["--sim-capacity", str(hosts), "--identity", "scale"]
     result["controller_flags"] = flags
+    result["metrics_address"] = f"127.0.0.1:{common.free_port()}"
+    flags += ["--metrics-address", result["metrics_address"]]
     async with (
         common.scratch_database(common.database_server_url()) as db,
         common.running_server(db, workdir / "api") as server,
@@ -267,6 +269,16 @@ async def _watch_nodes(client: Any, watch: _Watch, done: asyncio.Event, interval
             watch.peak_ready, watch.peak_live = max(watch.peak_ready, ready), max(watch.peak_live, live)
             watch.samples.append((round(time.monotonic() - origin, 1), ready, live))
         with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), interval)
+
+
+async def _sample_depths(address: str, peak: dict[str, float], done: asyncio.Event, interval: float) -> None:
+    """The deepest each controllers' queue was, sampled every ``interval`` seconds until ``done``."""
+    while not done.is_set():
+        with contextlib.suppress(OSError):
+            for name, depth in queues.depths(await asyncio.to_thread(queues.scrape, address)).items():
+                peak[name] = max(peak.get(name, 0.0), depth)
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), interval)
 
 
@@ -559,6 +571,9 @@ async def run(
                 result["warmup_cancelled_s"] = time.monotonic() - origin
                 # The busy phase: the workload, preemptions, and CPU and the server's histogram around it.
                 before = await asyncio.to_thread(server.metrics)
+                queues_before = await asyncio.to_thread(queues.scrape, result["metrics_address"])
+                peak_depth: dict[str, float] = {}
+                sampler = asyncio.create_task(_sample_depths(result["metrics_address"], peak_depth, done, 1.0))
                 cpu_before = {name: common.cpu_seconds(pid) for name, pid in pids.items()}
                 pg_before, machine_before, wall_before = (
                     common.postgres_cpu_seconds(),
@@ -588,13 +603,23 @@ async def run(
                 }
                 after = await asyncio.to_thread(server.metrics)
                 result["server_mutations"] = _server_mutations(before, after)
+                queues_after = await asyncio.to_thread(queues.scrape, result["metrics_address"])
+                result["controllers_queues"] = queues.summary(queues_before, queues_after, peak_depth)
+                result["controllers_queue_lines"] = queues.table(result["controllers_queues"], jobs)
             finally:
                 done.set()
                 preempted: dict[str, dict[str, Any]] = {}
                 if "preempting" in locals():
                     preempted = await preempting
+                if "sampler" in locals():
+                    await sampler
                 await watcher
             attempts = list((await client.list("attempts", common.PROJECT))["items"])
+            jobs_listed = list((await client.list("jobs", common.PROJECT))["items"])
+        # Kept beside the logs, for reading a run's timings after it (the workdir is kept when asked to).
+        await asyncio.to_thread(
+            (workdir / "objects.json").write_text, json.dumps({"attempts": attempts, "jobs": jobs_listed})
+        )
         result["list"] = await asyncio.to_thread(_list_all, server)
         result["rss_peak_mib"] = {name: common.peak_rss_kib(pid) / 1024 for name, pid in pids.items()}
         result["postgres_tables"] = await _postgres(db, hosts + jobs)
@@ -633,6 +658,27 @@ async def run(
 
 
 # --- the table ------------------------------------------------------------------------------------
+
+
+def _queue_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """Where the controllers waited (``bench/queues.py``): the busiest queues and the API client's connections."""
+    summary = r.get("controllers_queues")
+    if not summary:
+        return []
+    busiest = sorted(summary["queues"].items(), key=lambda kv: -kv[1]["reconciles"] * kv[1]["work_mean_ms"])[:3]
+    waits = ", ".join(f"{name} {q['wait_mean_s']:.1f} s ({q['work_mean_ms']:.0f} ms)" for name, q in busiest)
+    client = summary["client"]
+    return [
+        ("  controllers: key wait (reconcile) of the busiest queues", waits, "", "", "", "-"),
+        (
+            "  controllers' API client: requests/Job, wait for a connection, request ms",
+            f"{client['requests'] / r['jobs']:.1f}, {client['wait_mean_ms']:.0f}, {client['request_mean_ms']:.0f}",
+            "",
+            "",
+            "",
+            "-",
+        ),
+    ]
 
 
 def _verdict(met: bool) -> str:
@@ -684,6 +730,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             "<= 3x",
             _verdict(t["recovery_3x"]),
         ),
+        *_queue_rows(r),
         (
             "  nodes: seen, peak Ready, Lost (not preempted)",
             f"{r['nodes']['seen']}, {r['nodes']['peak_ready']}, {len(r['nodes']['lost_not_preempted'])}",

@@ -37,6 +37,14 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def listen_address(text: str) -> str:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) to listen on."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT, for example 127.0.0.1:9464")
+    return text
+
+
 def kubeconfig_path(args: argparse.Namespace) -> Path:
     path = args.kubeconfig or os.environ.get("KUBECONFIG")
     if not path:
@@ -49,6 +57,12 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, with_kubeconfig: bo
         parser.add_argument("--kubeconfig", help="the API server and credentials (default: $KUBECONFIG)")
     parser.add_argument("--identity", help="this process's name in the leader Lease (default: host-pid)")
     parser.add_argument("--workers", type=int, default=8, help="workers per controller (default 8)")
+    parser.add_argument(
+        "--metrics-address",
+        type=listen_address,
+        help="serve Prometheus metrics (work queues, API requests, scheduling cycles) at http://HOST:PORT/metrics; "
+        "bind it to a private address (default: not served)",
+    )
     parser.add_argument(
         "--node-grace", type=duration, default=timedelta(seconds=40), help="heartbeat silence before a node is Lost"
     )
@@ -218,6 +232,7 @@ def controller_settings(args: argparse.Namespace, kubeconfig: Path, data_dir: Pa
         sweep_interval=args.aws_sweep_interval,
         time_scales=scales,
         platform_fee=PlatformFee(fee.per_gpu_hour, fee.per_host_hour),
+        metrics_address=getattr(args, "metrics_address", None),
     )
     if args.identity:
         settings.identity = args.identity

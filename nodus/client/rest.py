@@ -14,6 +14,7 @@ cluster-scoped kinds (``projects``, ``nodes``, ``leases``) or to list and watch 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -59,6 +60,19 @@ class _Bearer(httpx.Auth):
         yield request
 
 
+class RequestTally:
+    """What a Client's requests have taken so far: how many were sent, the seconds they waited for one of the
+    ``REQUEST_CONNECTIONS`` slots and the seconds from sending to the whole response. Plain numbers bumped on the
+    event loop's thread and read when metrics are scraped (``nodus.controllers.metrics``)."""
+
+    __slots__ = ("count", "sending", "waiting")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.waiting = 0.0
+        self.sending = 0.0
+
+
 class Client:
     """An async API client; use as ``async with Client(config) as client:`` or call :meth:`aclose`.
 
@@ -96,6 +110,7 @@ class Client:
         request_connections = min(REQUEST_CONNECTIONS, max_connections)
         self._http = pool(request_connections)
         self._slots = asyncio.Semaphore(request_connections)
+        self.requests = RequestTally()
         self._streams = pool(max_connections)
 
     def set_token(self, token: str) -> None:
@@ -120,8 +135,16 @@ class Client:
 
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request (``kwargs`` as for ``httpx.AsyncClient.request``); raises APIError on >= 400."""
+        asked = time.perf_counter()
         async with self._slots:
-            response = await self._http.request(method, path, **kwargs)
+            sent = time.perf_counter()
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            finally:
+                tally = self.requests
+                tally.count += 1
+                tally.waiting += sent - asked
+                tally.sending += time.perf_counter() - sent
         if response.status_code >= 400:
             raise errors.from_response(response.status_code, response.reason_phrase, response.content)
         return response

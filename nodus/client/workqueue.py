@@ -15,14 +15,18 @@ Guarantees:
 
 All methods but :meth:`get` are synchronous and must be called from the event loop's thread
 (informer handlers call :meth:`add` directly).
+
+An :class:`Observer` (``observer``) hears of every add, every rate-limited retry, and how long each key waited
+ready in the queue before a worker took it: the controllers' metrics (``nodus.controllers.metrics``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -31,13 +35,28 @@ class ShutDown(Exception):
     """Raised by :meth:`WorkQueue.get` once the queue is shut down."""
 
 
+class Observer(Protocol):
+    """What a queue reports as it goes; each call is made on the event loop's thread and must not block."""
+
+    def added(self) -> None:
+        """A key was added (whether or not it was queued already)."""
+
+    def retried(self) -> None:
+        """A key was added after its backoff (:meth:`WorkQueue.add_rate_limited`)."""
+
+    def taken(self, waited: float) -> None:
+        """A worker took a key that had been ready for ``waited`` seconds."""
+
+
 class WorkQueue(Generic[K]):
     """De-duplicating work queue with delayed and rate-limited adds."""
 
-    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 60.0) -> None:
+    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 60.0, observer: Observer | None = None) -> None:
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.observer = observer
         self._queue: deque[K] = deque()
+        self._ready_since: dict[K, float] = {}  # queued key -> when it was queued (time.monotonic())
         self._dirty: set[K] = set()  # queued, or to be queued again when done
         self._processing: set[K] = set()
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -55,13 +74,14 @@ class WorkQueue(Generic[K]):
 
     def add(self, key: K) -> None:
         """Queue ``key`` unless it is queued already; mark it dirty if it is being processed."""
+        if self.observer is not None:
+            self.observer.added()
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
         if key in self._processing:
             return
-        self._queue.append(key)
-        self._wake_one()
+        self._append(key)
 
     def add_after(self, key: K, seconds: float) -> None:
         """Queue ``key`` after ``seconds``; an earlier pending time for the key wins."""
@@ -81,6 +101,8 @@ class WorkQueue(Generic[K]):
 
     def add_rate_limited(self, key: K) -> None:
         """Queue ``key`` after its backoff, and double the backoff for next time."""
+        if self.observer is not None:
+            self.observer.retried()
         self.add_after(key, self.when(key))
 
     def when(self, key: K) -> float:
@@ -109,6 +131,9 @@ class WorkQueue(Generic[K]):
                 key = self._queue.popleft()
                 self._processing.add(key)
                 self._dirty.discard(key)
+                since = self._ready_since.pop(key, None)
+                if self.observer is not None and since is not None:
+                    self.observer.taken(time.monotonic() - since)
                 return key
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
@@ -126,8 +151,7 @@ class WorkQueue(Generic[K]):
         """Processing of ``key`` finished; queue it again if it was added meanwhile."""
         self._processing.discard(key)
         if key in self._dirty and not self._shutting_down:
-            self._queue.append(key)
-            self._wake_one()
+            self._append(key)
 
     def shutdown(self) -> None:
         """Stop: cancel delayed adds, ignore new adds, and make every :meth:`get` raise :class:`ShutDown`."""
@@ -139,6 +163,11 @@ class WorkQueue(Generic[K]):
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _append(self, key: K) -> None:
+        self._queue.append(key)
+        self._ready_since[key] = time.monotonic()
+        self._wake_one()
 
     def _fire(self, key: K) -> None:
         self._timers.pop(key, None)

@@ -55,6 +55,7 @@ from nodus.controllers.jobs.reconciling import (
     waiting_in,
 )
 from nodus.controllers.manager import Manager, enqueue_object, enqueue_owner
+from nodus.controllers.metrics import ControllerMetrics
 from nodus.controllers.nodes.draining import Draining
 from nodus.controllers.nodes.hosts import Hosts
 from nodus.controllers.nodes.lifecycle import NodeLifecycle, enqueue_node_of_lease
@@ -113,6 +114,8 @@ class ControllerSettings:
     platform_fee: PlatformFee | None = None
     # Gang assembly budgets and checkpoint intervals times these (tests shrink them; 1 in production).
     time_scales: TimeScales = field(default_factory=TimeScales)
+    # Where /metrics is served (HOST:PORT); None: measured all the same, not served.
+    metrics_address: str | None = None
 
 
 def _enqueue_readers_of_job(queue: WorkQueue[Any], jobs: Informer) -> Handler:
@@ -171,7 +174,8 @@ class Controllers:
             retry_period=settings.retry_period,
             on_lost=self._forget_hosts,
         )
-        self.manager = manager = Manager(client, elector=self.elector)
+        self.metrics = ControllerMetrics()
+        self.manager = manager = Manager(client, elector=self.elector, metrics=self.metrics)
         jobs = manager.informer("jobs", resync=settings.resync)
         attempts = manager.informer("attempts", resync=settings.resync)
         nodes = manager.informer("nodes", resync=settings.resync)
@@ -290,7 +294,7 @@ class Controllers:
         # A provider standing in for another (the fake cloud, ADR 0059) boots that one's offerings.
         cold_start = frozenset({_offering_provider(self.cloud)}) if self.cloud is not None else frozenset()
         self.scheduler = SchedulerLoop(
-            client, attempts, nodes, offerings, cold_start=cold_start, fee=settings.platform_fee
+            client, attempts, nodes, offerings, cold_start=cold_start, fee=settings.platform_fee, metrics=self.metrics
         )
         manager.add_runnable("scheduler", self.scheduler.run)
         manager.add_runnable("capacity", self._publish_capacity)
@@ -316,9 +320,14 @@ class Controllers:
             self.cloud.forget()
 
     async def run(self) -> None:
+        address = self.settings.metrics_address
+        server = self.metrics.serve(address) if address else None
         try:
             await self.manager.run()
         finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
             if self.cloud is not None:
                 await asyncio.shield(self.cloud.close())
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeGuard, TypeVar
@@ -47,6 +48,7 @@ from nodus.client import Client, errors
 from nodus.client.informers import Handler, Informer, Key, Object, object_key
 from nodus.client.leaderelection import LeaderElector
 from nodus.client.workqueue import ShutDown, WorkQueue
+from nodus.controllers.metrics import ControllerMetrics, QueueObserver
 
 K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
@@ -77,6 +79,7 @@ class _Controller(Generic[K]):
     queue: WorkQueue[K]
     workers: int
     log: logging.Logger
+    observer: QueueObserver | None = None
 
 
 def enqueue_object(queue: WorkQueue[Key]) -> Handler:
@@ -107,11 +110,18 @@ def enqueue_owner(queue: WorkQueue[Key], kind: str) -> Handler:
 
 
 class Manager:
-    """Runs informers and controllers against one :class:`Client`; register everything before :meth:`run`."""
+    """Runs informers and controllers against one :class:`Client`; register everything before :meth:`run`.
 
-    def __init__(self, client: Client, *, elector: LeaderElector | None = None) -> None:
+    With ``metrics``, every controller's queue and reconciles, and the client's requests, are measured there."""
+
+    def __init__(
+        self, client: Client, *, elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None
+    ) -> None:
         self.client = client
         self.elector = elector
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.client(client.requests)
         self._informers: dict[tuple[str, str | None, str | None, str | None], Informer] = {}
         self._controllers: list[_Controller[Any]] = []
         self._runnables: list[tuple[str, Callable[[], Awaitable[None]]]] = []
@@ -156,8 +166,11 @@ class Manager:
             raise ValueError("workers must be at least 1")
         if any(c.name == name for c in self._controllers):
             raise ValueError(f"a controller named {name!r} is registered already")
+        observer = None
+        if self.metrics is not None:
+            observer = queue.observer = self.metrics.queue(name, queue.__len__)
         self._controllers.append(
-            _Controller(name, reconciler, queue, workers, logging.getLogger(f"nodus.controllers.{name}"))
+            _Controller(name, reconciler, queue, workers, logging.getLogger(f"nodus.controllers.{name}"), observer)
         )
 
     def add_runnable(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
@@ -216,12 +229,13 @@ async def _run_logged(name: str, run: Callable[[], Awaitable[None]]) -> None:
 
 
 async def _work(controller: _Controller[Any]) -> None:
-    queue, log = controller.queue, controller.log
+    queue, log, observer = controller.queue, controller.log, controller.observer
     while True:
         try:
             key = await queue.get()
         except ShutDown:
             return
+        started = time.perf_counter()
         try:
             result = await controller.reconciler.reconcile(key)
         except asyncio.CancelledError:
@@ -248,3 +262,5 @@ async def _work(controller: _Controller[Any]) -> None:
                 queue.add_after(key, result.requeue_after)
         finally:
             queue.done(key)
+            if observer is not None:
+                observer.worked(time.perf_counter() - started)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +31,7 @@ from nodus.apimachinery import units
 from nodus.apis.v1 import objects, phases
 from nodus.client import Client, errors
 from nodus.client.informers import Informer
+from nodus.controllers.metrics import ControllerMetrics
 from nodus.controllers.nodes.provisioning import NODE_INDEX, RAN_ON_INDEX, idle_since, never_came
 from nodus.scheduler import capacity
 from nodus.scheduler import cycle as cycles
@@ -55,6 +57,7 @@ class SchedulerLoop:
         tick: float = 5.0,
         fee: capacity.PlatformFee | None = None,
         cold_start: frozenset[str] | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self._client = client
         self._attempts = attempts
@@ -64,6 +67,7 @@ class SchedulerLoop:
         self._tick = tick
         self._fee = fee if fee is not None else capacity.PlatformFee()
         self._cold_start = cold_start
+        self._metrics = metrics
         self._wake = asyncio.Event()
         self._assumed: dict[tuple[str, str], cycles.Binding] = {}  # attempt key -> its binding being written
         # What each assumed binding holds of its host (a share of a pool or shareable host) until the informer shows it.
@@ -94,6 +98,7 @@ class SchedulerLoop:
         pending = self._pending()
         if not pending:
             return 0
+        started = time.perf_counter()
         snapshot = self.snapshot(pending)
         result = cycles.run_cycle(snapshot)
         by_key = {(a["metadata"]["namespace"], a["metadata"]["name"]): a for a in pending}
@@ -105,7 +110,10 @@ class SchedulerLoop:
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, errors.Conflict | errors.NotFound):
                 log.error("scheduler write failed: %s", outcome)
-        return sum(1 for o in outcomes[: len(result.bindings)] if o is True)
+        bound = sum(1 for o in outcomes[: len(result.bindings)] if o is True)
+        if self._metrics is not None:
+            self._metrics.cycle(time.perf_counter() - started, bound)
+        return bound
 
     def _pending(self) -> list[Object]:
         """The Pending attempts to place, oldest first (as stored: the snapshot reads them)."""

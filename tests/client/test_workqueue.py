@@ -134,3 +134,38 @@ async def test_shutdown_wakes_getters_and_ignores_adds() -> None:
         await queue.get()
     await asyncio.sleep(0.1)
     assert len(queue) == 0  # the delayed add was cancelled
+
+
+class _Heard:
+    def __init__(self) -> None:
+        self.adds = 0
+        self.retries = 0
+        self.waits: list[float] = []
+
+    def added(self) -> None:
+        self.adds += 1
+
+    def retried(self) -> None:
+        self.retries += 1
+
+    def taken(self, waited: float) -> None:
+        self.waits.append(waited)
+
+
+async def test_an_observer_hears_adds_retries_and_how_long_each_key_waited_ready() -> None:
+    heard = _Heard()
+    queue: WorkQueue[str] = WorkQueue(base_delay=0.2, observer=heard)
+    queue.add("a")
+    queue.add("a")  # de-duplicated, but an add all the same
+    await asyncio.sleep(0.2)
+    assert await queue.get() == "a"
+    assert heard.adds == 2 and len(heard.waits) == 1 and heard.waits[0] >= 0.19  # ready since the first add
+    queue.add("a")  # while processing: queued again when done, and its wait starts then
+    await asyncio.sleep(0.2)
+    queue.done("a")
+    assert await queue.get() == "a"
+    assert len(heard.waits) == 2 and heard.waits[1] < 0.15
+    queue.done("a")
+    queue.add_rate_limited("b")  # the backoff is not a wait in the queue: only the ready time counts
+    assert await asyncio.wait_for(queue.get(), 5) == "b"
+    assert heard.retries == 1 and heard.adds == 4 and len(heard.waits) == 3 and heard.waits[2] < 0.15

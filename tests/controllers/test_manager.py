@@ -20,6 +20,7 @@ from nodus.client.informers import Informer, Key
 from nodus.client.leaderelection import LeaderElector
 from nodus.client.workqueue import WorkQueue
 from nodus.controllers.manager import Manager, Result, TerminalError, enqueue_object, enqueue_owner
+from nodus.controllers.metrics import ControllerMetrics
 from tests.conftest import make_project
 from tests.support.objects import API, job
 from tests.support.waiting import eventually
@@ -77,8 +78,10 @@ async def running(manager: Manager) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-def _manager(client: Client, project: str, elector: LeaderElector | None = None) -> tuple[Manager, Recording]:
-    manager = Manager(client, elector=elector)
+def _manager(
+    client: Client, project: str, elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None
+) -> tuple[Manager, Recording]:
+    manager = Manager(client, elector=elector, metrics=metrics)
     jobs = manager.informer("jobs", namespace=project)
     queue: WorkQueue[Key] = WorkQueue()
     jobs.add_handler(enqueue_object(queue))
@@ -218,3 +221,34 @@ async def test_workers_run_only_while_leading(client: Client, project: str) -> N
             await held
         await eventually(lambda: reconciler.calls[(project, "waiting")] >= 1, timeout=20)
         assert elector.is_leader
+
+
+async def test_metrics_show_each_queue_its_reconciles_and_the_clients_requests(client: Client, project: str) -> None:
+    metrics = ControllerMetrics()
+    manager, reconciler = _manager(client, project, metrics=metrics)
+    for name in ("a", "b", "flaky"):
+        await client.create("jobs", job(name, labels={"behaviour": name}), project)
+    server = await asyncio.to_thread(metrics.serve, "127.0.0.1:0")
+    try:
+        host, port = server.server_address[:2]
+        async with running(manager), httpx.AsyncClient() as http:
+            await eventually(lambda: reconciler.calls[(project, "flaky")] >= 3 and not reconciler.active)
+
+            async def scraped() -> dict[str, float]:
+                text = (await http.get(f"http://{host}:{port}/metrics")).text
+                lines = (line.rpartition(" ") for line in text.splitlines() if not line.startswith("#"))
+                return {name: float(value) for name, _, value in lines if name}
+
+            samples = await scraped()
+    finally:
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
+    assert samples['nodus_workqueue_work_duration_seconds_count{name="test"}'] >= 5  # a, b, flaky three times
+    assert samples['nodus_workqueue_queue_duration_seconds_count{name="test"}'] >= 5
+    assert samples['nodus_workqueue_retries_total{name="test"}'] == 2  # flaky failed twice
+    assert samples['nodus_workqueue_adds_total{name="test"}'] >= 3
+    assert samples['nodus_workqueue_depth{name="test"}'] == 0
+    # Each reconcile sleeps 10 ms: the work histogram sees it.
+    assert samples['nodus_workqueue_work_duration_seconds_sum{name="test"}'] >= 0.05
+    assert samples["nodus_client_requests_total"] >= 4  # our creates, the informer's list
+    assert samples["nodus_client_request_seconds_total"] > 0

@@ -49,32 +49,39 @@ class Proxy:
         self._writers.clear()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.paused:
-            writer.transport.abort()
-            return
-        self.connections += 1
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, upstream_writer))
-        pipes = [
-            asyncio.ensure_future(self._pipe(reader, upstream_writer)),
-            asyncio.ensure_future(self._pipe(upstream_reader, writer)),
-        ]
+        # Tracked from its first step, so that stop() also ends a connection still being opened upstream: one it
+        # missed would connect after the test and leave its sockets to the garbage collector (a ResourceWarning).
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        upstream_writer: asyncio.StreamWriter | None = None
+        pipes: list[asyncio.Future[None]] = []
         try:
+            if self.paused:
+                return
+            self.connections += 1
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+            except OSError:
+                return
+            self._writers.update((writer, upstream_writer))
+            pipes = [
+                asyncio.ensure_future(self._pipe(reader, upstream_writer)),
+                asyncio.ensure_future(self._pipe(upstream_reader, writer)),
+            ]
             await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # stop(): the connection is closed below. The task ends normally, because asyncio's server (Python
+            # 3.11) asks a finished connection task for its exception and logs the CancelledError that raises.
+            pass
         finally:
             for pipe in pipes:
                 pipe.cancel()
             await asyncio.gather(*pipes, return_exceptions=True)
             for w in (writer, upstream_writer):
-                self._writers.discard(w)
-                w.transport.abort()
+                if w is not None:
+                    self._writers.discard(w)
+                    w.transport.abort()
             self._tasks.discard(task)
 
     @staticmethod

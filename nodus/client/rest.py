@@ -1,8 +1,8 @@
 """The REST client: CRUD, lists that follow ``continue``, watches and raw streams of ``nodus.dev/v1``.
 
-Two ``httpx.AsyncClient`` pools per :class:`Client`, so connections are kept alive and reused (HTTP/1.1):
-one of at most ``REQUEST_CONNECTIONS`` for requests, one of ``max_connections`` for streams (a watch holds
-one connection for as long as it runs). Every call is a
+Connections are kept alive and reused (HTTP/1.1): requests go out on at most ``REQUEST_CONNECTIONS``
+connections, each an ``httpx.AsyncClient`` of its own, and streams on a pool of ``max_connections`` (a watch
+holds one connection for as long as it runs). Every call is a
 single request: the client never retries on its own, because only the caller knows whether a
 write may be repeated. Errors are :mod:`nodus.client.errors` classes; transport failures stay
 ``httpx.TransportError``.
@@ -14,6 +14,7 @@ cluster-scoped kinds (``projects``, ``nodes``, ``leases``) or to list and watch 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager
@@ -91,7 +92,8 @@ class Client:
         self._timeout = timeout
         headers = {"User-Agent": user_agent, "Accept": _JSON}
         self._auth = _Bearer(config.token)
-        verify = config.ssl_context() if config.server.startswith("https:") else True
+        # One TLS context for every pool of this client: building one per pool would load the CA bundle each time.
+        verify = config.ssl_context() if config.server.startswith("https:") else httpx.create_ssl_context()
 
         def pool(connections: int) -> httpx.AsyncClient:
             return httpx.AsyncClient(
@@ -103,13 +105,18 @@ class Client:
                 limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
             )
 
-        # Requests and long-lived streams (watches, followed logs) have pools of their own, and requests queue
-        # here rather than inside httpcore: its pool rescans every connection for each idle one on every request
-        # (quadratic in the pool's size), which took 28-50 % of a busy controllers process with 64 connections
-        # (docs/benchmarks.md §13). Streams hold their connection; they never wait behind requests.
-        request_connections = min(REQUEST_CONNECTIONS, max_connections)
-        self._http = pool(request_connections)
-        self._slots = asyncio.Semaphore(request_connections)
+        # Requests queue here rather than inside httpcore, and each goes out on a pool of one connection taken from
+        # a stack of idle ones (made as needed, at most REQUEST_CONNECTIONS): on every request httpcore's pool
+        # scans all its connections and queued requests, checking each socket. That took 28-50 % of a busy
+        # controllers process with one pool of 64 (docs/benchmarks.md §13) and still 16 % with one of 16 (§13.2);
+        # a pool of one has one connection to check. The stack hands out the connection used last, so few stay
+        # open when few are needed. Streams (watches, followed logs) hold their connection, in a pool of their
+        # own: they never wait behind requests.
+        self._new_connection = functools.partial(pool, 1)
+        self._connections: list[httpx.AsyncClient] = []  # every request connection made, for aclose
+        self._idle: list[httpx.AsyncClient] = []
+        self._slots = asyncio.Semaphore(min(REQUEST_CONNECTIONS, max_connections))
+        self._closed = False
         self.requests = RequestTally()
         self._streams = pool(max_connections)
 
@@ -126,10 +133,12 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        try:
-            await self._http.aclose()
-        finally:  # the streams' connections are closed even when closing the requests' pool fails
-            await self._streams.aclose()
+        """Close every connection; each is closed even when closing another fails (the first failure is raised)."""
+        self._closed = True
+        pools, self._connections, self._idle = [*self._connections, self._streams], [], []
+        for outcome in await asyncio.gather(*(pool.aclose() for pool in pools), return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     # Raw requests
 
@@ -137,10 +146,14 @@ class Client:
         """Send one request (``kwargs`` as for ``httpx.AsyncClient.request``); raises APIError on >= 400."""
         asked = time.perf_counter()
         async with self._slots:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            http = self._idle.pop() if self._idle else self._connect()
             sent = time.perf_counter()
             try:
-                response = await self._http.request(method, path, **kwargs)
+                response = await http.request(method, path, **kwargs)
             finally:
+                self._idle.append(http)
                 tally = self.requests
                 tally.count += 1
                 tally.waiting += sent - asked
@@ -148,6 +161,11 @@ class Client:
         if response.status_code >= 400:
             raise errors.from_response(response.status_code, response.reason_phrase, response.content)
         return response
+
+    def _connect(self) -> httpx.AsyncClient:
+        http = self._new_connection()
+        self._connections.append(http)
+        return http
 
     async def stream_lines(self, path: str, params: dict[str, Any] | None = None) -> AsyncGenerator[str, None]:
         """The lines of a text stream such as ``.../attempts/{name}/log?follow=true`` (no read timeout).

@@ -41,6 +41,25 @@ Object = dict[str, Any]
 log = logging.getLogger("nodus.controllers.scheduler")
 
 
+SCHEDULING_INDEX = "scheduling"
+PENDING, HELD, IN_FLIGHT = "pending", "held", "in-flight"
+
+
+def scheduling_state(obj: Object) -> list[str]:
+    """Index of attempts by what a cycle does with them, so that a cycle reads those, not every attempt: ``pending``
+    (Pending, to place), ``held`` (Pending but stopped or being deleted: never placed), ``in-flight`` (placed, waiting
+    for a new host). It reads the raw fields, no model: it runs on every attempt event."""
+    status = obj.get("status") or {}
+    phase = status.get("phase")
+    spec = obj.get("spec") or {}
+    if phase in (None, "Pending"):
+        stopped = spec.get("stop") is not None or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        return [HELD if stopped else PENDING]
+    if phase == "Provisioning" and not spec.get("node") and not (status.get("placement") or {}).get("node"):
+        return [IN_FLIGHT]
+    return []
+
+
 class SchedulerLoop:
     """The scheduler loop. ``fee`` is the price book's platform fee (what a pool attempt pays; None: the shipped
     book's); ``cold_start`` the providers whose offerings may be cold-started: the active one's name, or empty
@@ -73,6 +92,8 @@ class SchedulerLoop:
         # What each assumed binding holds of its host (a share of a pool or shareable host) until the informer shows it.
         self._assumed_uses: dict[tuple[str, str], capacity.Use] = {}
         self.cycle = 0
+        with contextlib.suppress(ValueError):  # a shared informer another loop (a test's) has indexed already
+            attempts.add_index(SCHEDULING_INDEX, scheduling_state)
         for informer in (attempts, nodes, offerings):
             informer.add_handler(self._changed)
 
@@ -116,19 +137,19 @@ class SchedulerLoop:
         return bound
 
     def _pending(self) -> list[Object]:
-        """The Pending attempts to place, oldest first (as stored: the snapshot reads them)."""
+        """The Pending attempts to place, oldest first (as stored: the snapshot reads them). An assumption ends
+        once the informer shows its attempt past Pending, or gone."""
+        shown = {_key(obj) for obj in self._attempts.by_index(SCHEDULING_INDEX, HELD)}
+        pending = self._attempts.by_index(SCHEDULING_INDEX, PENDING)
+        shown.update(_key(obj) for obj in pending)
+        for key in [key for key in self._assumed if key not in shown]:
+            self._assumed.pop(key, None)
+            self._assumed_uses.pop(key, None)
         out = []
-        for obj in self._attempts.items():
-            attempt = objects.read(objects.Attempt, obj)
-            meta = attempt.metadata
-            key = (meta.namespace or "", meta.name)
-            if attempt.status.phase not in (None, "Pending"):
-                self._assumed.pop(key, None)
-                self._assumed_uses.pop(key, None)
-                continue
-            if attempt.spec.stop is not None or meta.deletion_timestamp or key in self._assumed:
-                continue
-            out.append((meta.creation_timestamp or "", meta.name, obj))
+        for obj in pending:
+            if _key(obj) not in self._assumed:
+                meta = obj["metadata"]
+                out.append((meta.get("creationTimestamp") or "", meta["name"], obj))
         out.sort(key=lambda entry: entry[:2])
         return [obj for *_, obj in out]
 
@@ -198,15 +219,12 @@ class SchedulerLoop:
     def _in_flight(self, now: Any) -> list[capacity.Host]:
         """Placed attempts still waiting for a new Node: each holds one host of its offering."""
         out = []
-        for obj in self._attempts.items():
-            attempt = objects.read(objects.Attempt, obj)
-            placement = attempt.status.placement
-            if attempt.status.phase != "Provisioning" or attempt.spec.node or (placement and placement.node):
-                continue
+        for obj in self._attempts.by_index(SCHEDULING_INDEX, IN_FLIGHT):
+            placement = (obj.get("status") or {}).get("placement") or {}
             out.append(
                 capacity.Host(
-                    name=f"(new host for {attempt.metadata.name})",
-                    offering=str(placement.offering if placement is not None else None),
+                    name=f"(new host for {obj['metadata']['name']})",
+                    offering=str(placement.get("offering")),
                     phase="Booting",
                     busy=True,
                     unschedulable=True,
@@ -244,6 +262,10 @@ class SchedulerLoop:
                 "attempts", {**attempt, "status": new}, attempt["metadata"]["namespace"], subresource="status"
             )
         return False
+
+
+def _key(attempt: Object) -> tuple[str, str]:
+    return (attempt["metadata"].get("namespace") or "", attempt["metadata"]["name"])
 
 
 # A warm host is not offered in the last moments of its warm window: the idle-host release acts at

@@ -178,7 +178,8 @@ async def test_raw_request_and_stream_lines(client: Client, project: str) -> Non
 
 async def test_requests_share_a_small_pool_and_never_wait_behind_watches(client: Client, project: str) -> None:
     """Streams have a pool of their own; requests queue in the client (at most REQUEST_CONNECTIONS in flight)
-    rather than inside httpcore, whose pool scan is quadratic in its size."""
+    rather than inside httpcore, whose pool scans every connection on each request: each request connection is a
+    pool of one."""
     await client.create("jobs", job("pooled"), project)
     streams = [client.watch("jobs", project, timeout_seconds=30) for _ in range(rest_client.REQUEST_CONNECTIONS + 4)]
     try:
@@ -192,7 +193,19 @@ async def test_requests_share_a_small_pool_and_never_wait_behind_watches(client:
             30,
         )
         assert {r["metadata"]["name"] for r in reads} == {"pooled"}
-        assert len(client._http._transport._pool.connections) <= rest_client.REQUEST_CONNECTIONS  # type: ignore[attr-defined]
+        # Each request connection is a pool of one; no more of them were made than requests may be in flight.
+        assert 1 <= len(client._connections) <= rest_client.REQUEST_CONNECTIONS
+        assert all(len(http._transport._pool.connections) <= 1 for http in client._connections)  # type: ignore[attr-defined]
     finally:
         for stream in streams:
             await stream.aclose()
+
+
+async def test_a_closed_client_sends_nothing_and_closes_every_connection(admin_config: ClientConfig) -> None:
+    closing = Client(admin_config)
+    await asyncio.gather(*(closing.list("projects") for _ in range(4)))  # several request connections
+    connections = list(closing._connections)
+    await closing.aclose()
+    assert connections and all(http.is_closed for http in connections) and closing._streams.is_closed
+    with pytest.raises(RuntimeError, match="closed"):
+        await closing.list("projects")

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the controllers process (``nodus controllers --metrics-address``).
+"""Prometheus metrics of the controllers process (``nodus controllers --metrics-address``, ADR 0060).
 
 What they answer is where a busy control plane waits (docs/benchmarks.md §13.2): for each controller's work
 queue, how deep it is, how long a key waits ready before a worker takes it and how long a reconcile takes; for

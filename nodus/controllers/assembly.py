@@ -326,7 +326,7 @@ class Controllers:
             await self.manager.run()
         finally:
             if server is not None:
-                server.shutdown()
+                await asyncio.shield(asyncio.to_thread(server.shutdown))  # waits for its thread's loop to notice
                 server.server_close()
             if self.cloud is not None:
                 await asyncio.shield(self.cloud.close())

@@ -6,7 +6,8 @@ Three ``nodus apiserver`` processes run on one scratch database. Each round meas
 
 - **creates**: POSTs of new Jobs. Every write of every server takes the one ``counters['rv']`` row lock
   (ADR 0001, ADR 0056), so this is what the global lock costs when servers are added;
-- **reads**: GETs of one Job (served from the database: a point read, authorisation from the Projects view).
+- **reads**: GETs of one Job (served from the database: a point read, authorisation from the Projects view);
+- **watches**: events delivered per second to a thousand watchers spread over the servers (``multi_server_watch``).
 
 A figure is the sum of the N generators' rates (they run at the same time). After the rounds, one more
 create run with 1 and with 3 servers while ``pg_stat_activity`` is sampled as in the create benchmark: how much
@@ -22,7 +23,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from bench import common
+from bench import common, multi_server_watch
 from bench.create_throughput import lock_probe
 
 SERVERS = 3
@@ -88,6 +89,7 @@ async def run(
             result[f"lock_probe_{n}"] = await lock_probe(
                 _dsn(db), lambda n=n, probe=probe: _together(servers[:n], probe, count // 2, connections, f"probe{n}")
             )
+        result["watches"] = await multi_server_watch.run(db, servers)
     for kind, by_n in measured.items():
         result[kind] = {str(n): _median(entries) for n, entries in by_n.items()}
         result[kind]["scaling"] = result[kind]["3"]["throughput"] / result[kind]["1"]["throughput"]
@@ -122,6 +124,18 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
                 f"{entry['scaling']:.2f}",
                 f">= {entry['target_scaling']:.1f}x" if "target_scaling" in entry else "",
                 "-" if met is None else ("met" if met else "NOT met"),
+            )
+        )
+    if "watches" in r:
+        w = r["watches"]
+        out.append(
+            (
+                f"Job watch events delivered/s to {w['watchers']} watchers, {SERVERS} API servers vs 1",
+                f"{w['3']['delivered_per_s']:.0f}/s (p99 {w['3']['p99_ms']:.0f} ms)",
+                f"{w['1']['delivered_per_s']:.0f}/s (p99 {w['1']['p99_ms']:.0f} ms)",
+                f"{w['scaling']:.2f}",
+                f">= {w['target_scaling']:.1f}x",
+                "met" if w["met"] else "NOT met",
             )
         )
     one, three = r["lock_probe_1"], r["lock_probe_3"]

@@ -227,7 +227,7 @@ def main() -> None:
 # --- the orchestrator -----------------------------------------------------------------------------
 
 
-async def _start_listeners(specs: list[dict[str, Any]]) -> list[common.Worker]:
+async def start_listeners(specs: list[dict[str, Any]]) -> list[common.Worker]:
     workers: list[common.Worker] = []
     try:
         for spec in specs:
@@ -243,7 +243,7 @@ async def _start_listeners(specs: list[dict[str, Any]]) -> list[common.Worker]:
     return workers
 
 
-async def _collect(workers: list[common.Worker], grace: float) -> list[dict[str, Any]]:
+async def collect(workers: list[common.Worker], grace: float) -> list[dict[str, Any]]:
     """Give the watchers ``grace`` seconds to finish on their own, then ask them to report."""
     await asyncio.wait([asyncio.ensure_future(w.process.wait()) for w in workers], timeout=grace)
     for worker in workers:
@@ -251,7 +251,7 @@ async def _collect(workers: list[common.Worker], grace: float) -> list[dict[str,
     return [await worker.result(60) for worker in workers]
 
 
-def _latencies(commits: dict[int, int], results: list[dict[str, Any]], skip: set[int]) -> dict[str, Any]:
+def latencies(commits: dict[int, int], results: list[dict[str, Any]], skip: set[int]) -> dict[str, Any]:
     per_event_max: dict[int, float] = {}
     values: list[float] = []
     for result in results:
@@ -273,7 +273,7 @@ def _latencies(commits: dict[int, int], results: list[dict[str, Any]], skip: set
     }
 
 
-async def _paced(count: int, interval: float, write: Any) -> dict[int, int]:
+async def paced(count: int, interval: float, write: Any) -> dict[int, int]:
     """Call ``write(i)`` every ``interval`` seconds; it returns the event's seq, or (seq, commit time)
     when it knows the instant better than "when it returned"."""
     commits: dict[int, int] = {}
@@ -325,7 +325,7 @@ async def _floor_round(
         spec = {"mode": "api", "endpoint": endpoint, "path": "/floor", "count": share, "expected": events}
         specs.append(spec | {"deadline": events * interval + 120})
     try:
-        running = await _start_listeners(specs)
+        running = await start_listeners(specs)
 
         async def write(i: int) -> tuple[int, int]:
             body = common.stored_like(template, f"floor-{i}", seq=i)
@@ -337,13 +337,13 @@ async def _floor_round(
             return i, started
 
         with common.CpuMeter(None) as cpu:
-            commits = await _paced(events, interval, write)
-            results = await _collect(running, 30)
+            commits = await paced(events, interval, write)
+            results = await collect(running, 30)
     finally:
         floor.close()
         for transport in transports:
             transport.close()
-    summary = _latencies(commits, results, set(range(skip)))
+    summary = latencies(commits, results, set(range(skip)))
     summary["server_cpu_ms_per_event"] = 1000 * cpu.client / events  # the floor server is this process
     return summary
 
@@ -361,7 +361,7 @@ async def _raw_round(
         specs.append(
             {"mode": "raw", "dsn": dsn, "count": share, "expected": events, "deadline": events * interval + 60}
         )
-    running = await _start_listeners(specs)
+    running = await start_listeners(specs)
     conn = await asyncpg.connect(dsn)
     try:
 
@@ -371,11 +371,11 @@ async def _raw_round(
             return i
 
         with common.CpuMeter(None) as cpu:
-            commits = await _paced(events, interval, write)
-            results = await _collect(running, 10)
+            commits = await paced(events, interval, write)
+            results = await collect(running, 10)
     finally:
         await conn.close()
-    summary = _latencies(commits, results, set(range(skip)))
+    summary = latencies(commits, results, set(range(skip)))
     summary["postgres_cpu_ms_per_event"] = 1000 * cpu.postgres / events
     return summary
 
@@ -408,7 +408,7 @@ async def _api_round(
                 "deadline": events * interval + 120,
             }
         )
-    running = await _start_listeners(specs)
+    running = await start_listeners(specs)
     before = await asyncio.to_thread(server.metrics)
 
     async def write(i: int) -> int:
@@ -417,10 +417,10 @@ async def _api_round(
         return i
 
     with server.profiled(f"watch-{label}"), common.CpuMeter(server.pid) as cpu:
-        commits = await _paced(events, interval, write)
-        results = await _collect(running, 30)
+        commits = await paced(events, interval, write)
+        results = await collect(running, 30)
     after = await asyncio.to_thread(server.metrics)
-    summary = _latencies(commits, results, set(range(skip)))
+    summary = latencies(commits, results, set(range(skip)))
     sent = 'nodus_apiserver_watch_events_sent_total{resource="jobs"}'
     summary["events_sent"] = after.get(sent, 0) - before.get(sent, 0)
     summary["events_read"] = after["nodus_watch_cache_resource_version"] - before["nodus_watch_cache_resource_version"]

@@ -17,6 +17,7 @@ from types import FrameType
 
 from nodus.apimachinery.units import parse_quantity
 from nodus.cli import (
+    agentprocess,
     billing,
     commands,
     console,
@@ -264,8 +265,8 @@ def parser() -> argparse.ArgumentParser:
     ctl.set_defaults(run="processes:controllers")
 
     agent = commands_.add_parser("agent", help="run a node agent: register a Node and run the Attempts bound to it")
-    processes.add_agent_flags(agent)
-    agent.set_defaults(run="processes:agent")
+    agentprocess.add_agent_flags(agent)
+    agent.set_defaults(run="agentprocess:agent")
 
     fake = commands_.add_parser(
         "fakehosts", help="play every host of the fake cloud (--provider fake) in one process (ADR 0059)"

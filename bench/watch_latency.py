@@ -273,7 +273,7 @@ def latencies(commits: dict[int, int], results: list[dict[str, Any]], skip: set[
     }
 
 
-async def paced(count: int, interval: float, write: Any) -> dict[int, int]:
+async def _paced(count: int, interval: float, write: Any) -> dict[int, int]:
     """Call ``write(i)`` every ``interval`` seconds; it returns the event's seq, or (seq, commit time)
     when it knows the instant better than "when it returned"."""
     commits: dict[int, int] = {}
@@ -337,7 +337,7 @@ async def _floor_round(
             return i, started
 
         with common.CpuMeter(None) as cpu:
-            commits = await paced(events, interval, write)
+            commits = await _paced(events, interval, write)
             results = await collect(running, 30)
     finally:
         floor.close()
@@ -371,7 +371,7 @@ async def _raw_round(
             return i
 
         with common.CpuMeter(None) as cpu:
-            commits = await paced(events, interval, write)
+            commits = await _paced(events, interval, write)
             results = await collect(running, 10)
     finally:
         await conn.close()
@@ -417,7 +417,7 @@ async def _api_round(
         return i
 
     with server.profiled(f"watch-{label}"), common.CpuMeter(server.pid) as cpu:
-        commits = await paced(events, interval, write)
+        commits = await _paced(events, interval, write)
         results = await collect(running, 30)
     after = await asyncio.to_thread(server.metrics)
     summary = latencies(commits, results, set(range(skip)))

@@ -68,11 +68,15 @@ def summary(
     }
 
 
+def busiest(summary_: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The queues of ``summary_``, the one whose reconciles took the most time in all first."""
+    return sorted(summary_["queues"].items(), key=lambda kv: -kv[1]["reconciles"] * kv[1]["work_mean_ms"])
+
+
 def table(summary_: dict[str, Any], jobs: int) -> list[str]:
     """Lines for the benchmark's notes: the busiest queues first, then the client and the scheduler."""
     lines = []
-    busiest = sorted(summary_["queues"].items(), key=lambda kv: -kv[1]["reconciles"] * kv[1]["work_mean_ms"])
-    for queue, q in busiest:
+    for queue, q in busiest(summary_):
         lines.append(
             f"{queue}: {q['reconciles']:.0f} reconciles ({q['reconciles'] / jobs:.1f}/Job), "
             f"{q['work_mean_ms']:.0f} ms each, keys waited {q['wait_mean_s']:.1f} s on average, "

@@ -615,11 +615,6 @@ async def run(
                     await sampler
                 await watcher
             attempts = list((await client.list("attempts", common.PROJECT))["items"])
-            jobs_listed = list((await client.list("jobs", common.PROJECT))["items"])
-        # Kept beside the logs, for reading a run's timings after it (the workdir is kept when asked to).
-        await asyncio.to_thread(
-            (workdir / "objects.json").write_text, json.dumps({"attempts": attempts, "jobs": jobs_listed})
-        )
         result["list"] = await asyncio.to_thread(_list_all, server)
         result["rss_peak_mib"] = {name: common.peak_rss_kib(pid) / 1024 for name, pid in pids.items()}
         result["postgres_tables"] = await _postgres(db, hosts + jobs)
@@ -665,8 +660,9 @@ def _queue_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     summary = r.get("controllers_queues")
     if not summary:
         return []
-    busiest = sorted(summary["queues"].items(), key=lambda kv: -kv[1]["reconciles"] * kv[1]["work_mean_ms"])[:3]
-    waits = ", ".join(f"{name} {q['wait_mean_s']:.1f} s ({q['work_mean_ms']:.0f} ms)" for name, q in busiest)
+    waits = ", ".join(
+        f"{name} {q['wait_mean_s']:.1f} s ({q['work_mean_ms']:.0f} ms)" for name, q in queues.busiest(summary)[:3]
+    )
     client = summary["client"]
     return [
         ("  controllers: key wait (reconcile) of the busiest queues", waits, "", "", "", "-"),
